@@ -1,0 +1,1 @@
+"""Spark-free building blocks: options, errors, storage, the WAL, failpoints, the sink protocol."""

@@ -1,0 +1,52 @@
+"""The one exception hierarchy of the package.
+
+Every error a user can see derives from :class:`ConnectorError`, so a pipeline can catch
+"anything this connector suite raised" in one clause. Messages name the option or object
+(topic/partition/offset, table/column, path), say what was wrong and what would be valid.
+"""
+
+from __future__ import annotations
+
+
+class ConnectorError(Exception):
+    """Root of every error raised by this package."""
+
+
+class OptionError(ConnectorError, ValueError):
+    """A user option is missing, malformed or out of range.
+
+    ``option`` holds the option's name as the user spelled it in Spark's API, so tools can
+    point at it. The message never contains the value of a secret option.
+    """
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class StorageError(ConnectorError):
+    """A filesystem backend (local or HDFS) failed, or a URL names an unsupported store."""
+
+
+class WalError(ConnectorError):
+    """The write-ahead log is unreadable or was used out of protocol."""
+
+
+class KafkaSourceError(ConnectorError):
+    """The ``eo_kafka`` reader failed: data loss, unreachable broker, bad offsets."""
+
+
+class KafkaSinkError(ConnectorError):
+    """The ``eo_kafka`` writer failed: delivery error, unsafe producer settings, bad input."""
+
+
+class JdbcSinkError(ConnectorError):
+    """The ``eo_jdbc`` writer failed: schema mismatch, database error, protocol violation."""
+
+
+class FileSinkError(ConnectorError):
+    """The ``eo_files`` writer failed: bad path, unsupported format, rename failure."""
+
+
+class FailpointError(ConnectorError):
+    """Raised by a failpoint whose action is ``raise`` (tests inject task failures with it)."""

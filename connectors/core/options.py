@@ -1,0 +1,345 @@
+"""Parse Spark's string options into typed values, once, with errors that name the option.
+
+Spark hands a data source its options as a case-insensitive ``str -> str`` mapping (it
+lower-cases the keys). Each connector parses them exactly once into a frozen dataclass with
+an :class:`OptionReader`::
+
+    r = OptionReader(options, family="eo_kafka")
+    servers = r.required("kafka.bootstrap.servers")
+    max_rows = r.integer("maxOffsetsPerTrigger", None, minimum=1)
+    r.exclusive("subscribe", "subscribePattern", "assign", required=True)
+    r.warn_unknown(prefixes=("kafka.",))
+
+Every error is an :class:`OptionError` that names the option with the user's spelling
+(``startingOffsets``, not ``startingoffsets``), says what was wrong and what is valid, and
+never repeats the value of a secret option.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from connectors.core.errors import OptionError
+
+log = logging.getLogger(__name__)
+
+# Option names whose values must never be logged, echoed in errors or shown in repr().
+_SECRET_PATTERN = re.compile(
+    r"(password|passwd|secret|token|sasl\.jaas|ssl\.key|credential|api[._-]?key)", re.I
+)
+REDACTED = "***"
+
+_DURATION_UNITS = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def is_secret(name: str) -> bool:
+    """True when an option or config key names a secret (passwords, SASL JAAS, keys)."""
+    return bool(_SECRET_PATTERN.search(name))
+
+
+def redact_url(url: str) -> str:
+    """``scheme://user:pass@host/db`` -> ``scheme://user:***@host/db``; also ``password=`` args."""
+    url = re.sub(r"(://[^:/@]+:)[^@]*@", r"\1" + REDACTED + "@", url)
+    return re.sub(r"(?i)(password=)[^&;\s]*", r"\1" + REDACTED, url)
+
+
+class RedactedDict(dict[str, str]):
+    """A plain dict (librdkafka takes it as is) whose repr hides secret values."""
+
+    def __repr__(self) -> str:
+        shown = {k: (REDACTED if is_secret(k) else v) for k, v in self.items()}
+        return repr(shown)
+
+    __str__ = __repr__
+
+
+class Secret:
+    """A secret string: ``repr``/``str`` show ``***``; ``.get()`` returns the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Secret, (self._value,))
+
+
+def parse_duration(text: str) -> float:
+    """``"500ms"`` -> 0.5, ``"10s"``/``"10 seconds"`` -> 10.0, ``"2m"`` -> 120.0, ``"3"`` -> 3.0."""
+    m = _DURATION_RE.match(text)
+    if not m:
+        raise ValueError(text)
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "":
+        return number
+    if unit not in _DURATION_UNITS:
+        raise ValueError(text)
+    return number * _DURATION_UNITS[unit]
+
+
+class OptionReader:
+    """Reads typed options from Spark's string map and remembers which ones it used.
+
+    ``family`` (``eo_kafka``, ``eo_jdbc``, ...) prefixes error messages so a pipeline with
+    several connectors says which one complained.
+    """
+
+    def __init__(self, options: Mapping[str, Any], family: str) -> None:
+        self.family = family
+        self._raw: dict[str, str] = {}
+        self._spelling: dict[str, str] = {}
+        for key, value in options.items():
+            if value is None:
+                continue
+            lowered = str(key).lower()
+            self._raw[lowered] = value if isinstance(value, str) else _stringify(value)
+            self._spelling[lowered] = str(key)
+        self._used: set[str] = set()
+
+    # -- access -------------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        return name.lower() in self._raw
+
+    def raw(self, name: str) -> str | None:
+        key = name.lower()
+        if key in self._raw:
+            self._used.add(key)
+            return self._raw[key]
+        return None
+
+    def error(self, name: str, problem: str, valid: str) -> OptionError:
+        """Build the standard message: which option, what was wrong, what is valid."""
+        return OptionError(f"{self.family}: option '{name}' {problem}; {valid}", option=name)
+
+    def _shown(self, name: str, value: str) -> str:
+        return REDACTED if is_secret(name) else repr(value)
+
+    # -- typed getters ------------------------------------------------------------------
+    def required(self, name: str, hint: str = "") -> str:
+        value = self.raw(name)
+        if value is None or value.strip() == "":
+            extra = f" ({hint})" if hint else ""
+            raise self.error(name, "is required but was not set", f"set it{extra}")
+        return value.strip()
+
+    def string(self, name: str, default: str | None = None) -> str | None:
+        value = self.raw(name)
+        if value is None:
+            return default
+        value = value.strip()
+        return value if value != "" else default
+
+    def secret(self, name: str) -> Secret | None:
+        value = self.raw(name)
+        return None if value is None else Secret(value)
+
+    def choice(self, name: str, choices: Iterable[str], default: str | None = None) -> str | None:
+        allowed = list(choices)
+        value = self.string(name)
+        if value is None:
+            return default
+        for c in allowed:
+            if value.lower() == c.lower():
+                return c
+        raise self.error(
+            name, f"has invalid value {self._shown(name, value)}", f"valid values: {allowed}"
+        )
+
+    def integer(
+        self,
+        name: str,
+        default: int | None = None,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int | None:
+        value = self.string(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise self.error(
+                name,
+                f"must be an integer, got {self._shown(name, value)}",
+                _bounds(minimum, maximum),
+            ) from None
+        _check_bounds(self, name, number, minimum, maximum)
+        return number
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.string(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise self.error(
+            name, f"must be a boolean, got {self._shown(name, value)}", "use 'true' or 'false'"
+        )
+
+    def duration(
+        self,
+        name: str,
+        default: float | None = None,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float | None:
+        """A duration in seconds, from ``"500ms"``, ``"10s"``, ``"5 minutes"`` or plain seconds."""
+        value = self.string(name)
+        if value is None:
+            return default
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            raise self.error(
+                name,
+                f"is not a duration: {self._shown(name, value)}",
+                "use a number with a unit such as '500ms', '10s', '5m' or '1h'",
+            ) from None
+        _check_bounds(self, name, seconds, minimum, maximum)
+        return seconds
+
+    def json(self, name: str, default: Any = None, *, expect: type | None = None) -> Any:
+        value = self.string(name)
+        if value is None:
+            return default
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as e:
+            shown = "" if is_secret(name) else f" at position {e.pos}"
+            raise self.error(name, f"is not valid JSON{shown}", "give a JSON document") from None
+        if expect is not None and not isinstance(parsed, expect):
+            raise self.error(
+                name,
+                f"must be a JSON {expect.__name__}, got {type(parsed).__name__}",
+                f"give a JSON {expect.__name__}",
+            )
+        return parsed
+
+    def csv_list(self, name: str) -> list[str]:
+        value = self.string(name)
+        if value is None:
+            return []
+        return [part.strip() for part in value.split(",") if part.strip()]
+
+    def prefixed(self, prefix: str) -> RedactedDict:
+        """All options that start with ``prefix`` (e.g. ``kafka.``), prefix removed.
+
+        Keys keep Spark's lower-casing, which is what librdkafka expects anyway.
+        """
+        p = prefix.lower()
+        out = RedactedDict()
+        for key, value in self._raw.items():
+            if key.startswith(p) and len(key) > len(p):
+                self._used.add(key)
+                out[key[len(p) :]] = value
+        return out
+
+    # -- groups and leftovers ------------------------------------------------------------
+    def exclusive(self, *names: str, required: bool = False) -> str | None:
+        """Exactly one (``required``) or at most one of ``names`` may be set; returns it."""
+        present = [n for n in names if self.string(n) is not None]
+        if len(present) > 1:
+            raise OptionError(
+                f"{self.family}: options {present} cannot be used together; set only one of "
+                f"{list(names)}",
+                option=present[0],
+            )
+        if required and not present:
+            raise OptionError(
+                f"{self.family}: one of the options {list(names)} is required, none was set",
+                option=names[0],
+            )
+        return present[0] if present else None
+
+    def unknown(self, prefixes: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[str]:
+        skip = {i.lower() for i in ignore}
+        pre = tuple(p.lower() for p in prefixes)
+        return sorted(
+            self._spelling[k]
+            for k in self._raw
+            if k not in self._used and k not in skip and not k.startswith(pre)
+        )
+
+    def warn_unknown(self, prefixes: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[str]:
+        """Log one warning listing options nobody read (typos such as ``startingOffset``)."""
+        # Spark adds 'path' for load(path)/save(path); sources that take it read it first.
+        names = self.unknown(prefixes, ignore=tuple(ignore) + ("path",))
+        if names:
+            log.warning("%s: ignoring unknown options %s", self.family, names)
+        return names
+
+    def redacted(self) -> dict[str, str]:
+        """The raw options with secret values replaced, safe to log."""
+        return {self._spelling[k]: (REDACTED if is_secret(k) else v) for k, v in self._raw.items()}
+
+
+def _stringify(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _bounds(minimum: float | None, maximum: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"valid range is {minimum}..{maximum}"
+    if minimum is not None:
+        return f"it must be >= {minimum}"
+    if maximum is not None:
+        return f"it must be <= {maximum}"
+    return "give a number"
+
+
+def _check_bounds(
+    reader: OptionReader, name: str, number: float, lo: float | None, hi: float | None
+) -> None:
+    if (lo is not None and number < lo) or (hi is not None and number > hi):
+        raise reader.error(name, f"is out of range ({number})", _bounds(lo, hi))
+
+
+def stringify_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """Python keyword arguments (``max_offsets=5``, ``failOnDataLoss=False``) -> Spark strings."""
+    return {k: _stringify(v) for k, v in options.items() if v is not None}

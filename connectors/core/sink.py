@@ -1,0 +1,100 @@
+"""The one sink protocol that the JDBC, Kafka and file sinks implement (DESIGN.md section 9).
+
+All three sinks have the same shape: executor tasks *stage* their rows, then the driver
+*commits the batch once*. A sink class therefore contains only its own storage logic;
+``connectors.spark`` adapts this protocol to Spark once, as a DataSource writer and as a
+``foreachBatch`` callable, and owns the batch-id plumbing.
+
+The contract every sink keeps:
+
+1. ``stage(task, batches)`` runs on an executor for one writer partition of one batch. It
+   may run several times for the same ``(batch_id, writer_id)`` (task retries, speculative
+   attempts, whole-batch replays after a crash). It returns a small picklable message.
+2. ``commit(batch_id, messages)`` runs on the driver with the messages of the winning
+   attempts, one per writer partition. It makes the batch visible atomically and records it
+   as committed *in the same step*. For a batch already committed it changes nothing.
+3. ``abort(batch_id, messages)`` removes what the batch staged. It must tolerate ``None``
+   messages (tasks that failed before reporting). Spark also calls it when ``commit``
+   raised, so it must never undo or break a commit that may have partly happened (a file
+   sink keeps the staged files that a pending rename plan still needs).
+4. ``last_committed()`` returns the highest committed batch id (or None).
+
+Exactly-once holds when the ``batch_id`` handed to a batch is stable on replay (Spark's
+``batchId`` or a ``KafkaWindows`` window id) and the sink's identity (``sink_id``/path) is
+stable across restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Identity of one staging task.
+
+    ``batch_id`` and ``writer_id`` (Spark's partition id) are deterministic across retries.
+    ``attempt`` is Spark's attempt number: use it only to tell attempts apart, never as an
+    identity that must survive a retry.
+    """
+
+    batch_id: int
+    writer_id: int
+    attempt: int = 0
+
+
+class BatchSink(ABC):
+    """Base class of every sink: stage on executors, commit once on the driver.
+
+    Subclasses are picklable *specs*: they hold parsed options only and open connections
+    lazily inside ``stage``/``commit`` (drop them in ``__getstate__``).
+    """
+
+    #: the short format name, used in messages and failpoint names (``jdbc``, ``files``...)
+    family: str = "sink"
+
+    @abstractmethod
+    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
+        """Write this task's rows where the driver's commit can find them; return a message."""
+
+    @abstractmethod
+    def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
+        """Make the batch visible exactly once; a no-op for an already committed batch."""
+
+    @abstractmethod
+    def abort(self, batch_id: int, messages: Sequence[Any | None]) -> None:
+        """Remove what this batch staged. Must not touch committed output."""
+
+    @abstractmethod
+    def last_committed(self) -> int | None:
+        """The highest committed batch id, or None if nothing was committed yet."""
+
+    def is_committed(self, batch_id: int) -> bool:
+        last = self.last_committed()
+        return last is not None and last >= batch_id
+
+    def check_schema(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Driver-side validation before any task runs; raise to fail the batch early."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release driver-side resources (connections)."""
+
+    # -- Python API: foreachBatch callable and batch writes ---------------------------------
+    def write(self, df: Any, batch_id: int) -> None:
+        """Write a DataFrame as batch ``batch_id``, exactly once per ``batch_id``."""
+        from connectors.spark.sink_adapter import write_dataframe
+
+        write_dataframe(self, df, batch_id)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """``writeStream.foreachBatch(sink)``: Spark passes ``(df, batchId)``."""
+        self.write(df, batch_id)

@@ -1,0 +1,165 @@
+"""Write-ahead log: small JSON records, one file each, atomic on every backend.
+
+Layout (DESIGN.md section 4)::
+
+    <walPath>/<kind>/00000000000000000007.json     record of window/batch 7
+    <walPath>/<kind>/00000000000000000007.commit   marker: window 7 is committed
+
+Every file is written with :meth:`Storage.write_atomic` (temp name, fsync, rename), so after
+a crash at any instant a record is either fully there or not there; readers never see the
+temp names. ``seq`` is the window id (Spark's ``batchId`` or a ``KafkaWindows`` window id).
+
+This is Apex's WindowDataManager: ``append`` before the window's data moves, ``commit``
+once it is durable downstream, ``purge`` what no replay can need any more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from connectors.core.errors import WalError
+from connectors.core.storage import Storage, storage_for
+
+log = logging.getLogger(__name__)
+
+RECORD_EXT = ".json"
+COMMIT_EXT = ".commit"
+SEQ_WIDTH = 20
+
+
+def _name(seq: int, ext: str) -> str:
+    if seq < 0:
+        raise WalError(f"WAL sequence numbers are >= 0, got {seq}")
+    return f"{seq:0{SEQ_WIDTH}d}{ext}"
+
+
+def _seq(name: str, ext: str) -> int | None:
+    if not name.endswith(ext):
+        return None
+    stem = name[: -len(ext)]
+    return int(stem) if stem.isdigit() else None
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    """Canonical JSON (sorted keys), so a replayed append can be compared byte for byte."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+class WriteAheadLog:
+    """An append-only log of JSON records under ``<root>/<kind>`` on any :class:`Storage`."""
+
+    def __init__(self, storage: Storage, root: str, kind: str) -> None:
+        self.storage = storage
+        self.root = root
+        self.kind = kind
+        self.dir = storage.join(root, kind)
+
+    @classmethod
+    def open(cls, url: str, kind: str, **storage_kwargs: Any) -> WriteAheadLog:
+        storage, path = storage_for(url, **storage_kwargs)
+        return cls(storage, path, kind)
+
+    def __repr__(self) -> str:
+        return f"WriteAheadLog({self.storage.url(self.dir)!r})"
+
+    # -- records ------------------------------------------------------------------------
+    def append(self, seq: int, record: dict[str, Any]) -> bool:
+        """Write record ``seq``. Returns False if an identical record is already there.
+
+        Write-once: a different record under an existing ``seq`` raises :class:`WalError`,
+        because it means two planners disagree about what window ``seq`` holds.
+        """
+        path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
+        data = encode(record)
+        if self.storage.exists(path):
+            existing = self.storage.read(path)
+            if existing == data:
+                return False
+            raise WalError(
+                f"{self!r}: record {seq} already exists with different content "
+                f"(existing {existing[:200]!r}, new {data[:200]!r}); refusing to overwrite"
+            )
+        self.storage.write_atomic(path, data)
+        return True
+
+    def put(self, seq: int, record: dict[str, Any]) -> None:
+        """Write or replace record ``seq`` (for state that legitimately changes, e.g. sinks)."""
+        self.storage.write_atomic(
+            self.storage.join(self.dir, _name(seq, RECORD_EXT)), encode(record)
+        )
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            if not self.storage.exists(path):
+                return None
+            raise WalError(f"{self!r}: cannot read record {seq}: {e}") from e
+        try:
+            value: dict[str, Any] = json.loads(data)
+        except ValueError as e:
+            raise WalError(f"{self!r}: record {seq} is not valid JSON: {e}") from e
+        return value
+
+    def _names(self) -> list[str]:
+        return self.storage.list(self.dir)
+
+    def seqs(self) -> list[int]:
+        """Sequence numbers of all records, ascending."""
+        return sorted(s for n in self._names() if (s := _seq(n, RECORD_EXT)) is not None)
+
+    def committed_seqs(self) -> list[int]:
+        return sorted(s for n in self._names() if (s := _seq(n, COMMIT_EXT)) is not None)
+
+    def last(self) -> tuple[int, dict[str, Any]] | None:
+        """The record with the highest seq, or None for an empty log."""
+        for seq in reversed(self.seqs()):
+            record = self.get(seq)
+            if record is not None:
+                return seq, record
+        return None
+
+    # -- commit markers -----------------------------------------------------------------
+    def commit(self, seq: int, info: dict[str, Any] | None = None) -> None:
+        """Mark ``seq`` committed (idempotent). ``info`` is stored in the marker."""
+        path = self.storage.join(self.dir, _name(seq, COMMIT_EXT))
+        self.storage.write_atomic(path, encode(info or {}))
+
+    def is_committed(self, seq: int) -> bool:
+        return self.storage.exists(self.storage.join(self.dir, _name(seq, COMMIT_EXT)))
+
+    def commit_info(self, seq: int) -> dict[str, Any] | None:
+        path = self.storage.join(self.dir, _name(seq, COMMIT_EXT))
+        try:
+            value: dict[str, Any] = json.loads(self.storage.read(path) or b"{}")
+            return value
+        except FileNotFoundError:
+            return None
+
+    def last_committed(self) -> int | None:
+        seqs = self.committed_seqs()
+        return seqs[-1] if seqs else None
+
+    # -- purge --------------------------------------------------------------------------
+    def purge(self, before_seq: int, keep_last: int = 10) -> int:
+        """Delete records and markers with seq < ``before_seq``, but keep the newest
+        ``keep_last`` records for inspection. Returns how many files were deleted."""
+        seqs = self.seqs()
+        keep = set(seqs[-keep_last:]) if keep_last > 0 else set()
+        deleted = 0
+        for name in self._names():
+            seq = _seq(name, RECORD_EXT)
+            if seq is None:
+                seq = _seq(name, COMMIT_EXT)
+            if seq is None or seq >= before_seq or seq in keep:
+                continue
+            if self.storage.delete(self.storage.join(self.dir, name)):
+                deleted += 1
+        if deleted:
+            log.debug("%r: purged %d files before %d", self, deleted, before_seq)
+        return deleted

@@ -1,0 +1,132 @@
+"""The Python DataSources this package registers: ``eo_kafka``, ``eo_jdbc``, ``eo_files``.
+
+Each class only routes Spark's calls to the family that owns the logic; families are
+imported lazily so that ``import connectors`` stays cheap and a missing optional piece
+fails only the format that needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from connectors.core.sink import BatchSink
+from connectors.spark.sink_adapter import (
+    SinkBatchWriter,
+    SinkStreamWriter,
+    arrow_schema,
+    batch_id_option,
+    refuse_overwrite,
+)
+
+SinkFactory = Callable[[dict[str, str], pa.Schema], BatchSink]
+
+
+def _jdbc_sink(options: dict[str, str], schema: pa.Schema) -> BatchSink:
+    from connectors.jdbc.sink import JdbcSink
+
+    return JdbcSink.from_options(options, schema)
+
+
+def _files_sink(options: dict[str, str], schema: pa.Schema) -> BatchSink:
+    from connectors.files.sink import FileSink
+
+    return FileSink.from_options(options, schema)
+
+
+def _kafka_sink(options: dict[str, str], schema: pa.Schema) -> BatchSink:
+    from connectors.kafka.sink import KafkaSink
+
+    return KafkaSink.from_options(options, schema)
+
+
+class _SinkDataSource(DataSource):
+    """Shared writer plumbing: options -> sink spec -> Spark writer adapter."""
+
+    family = "sink"
+    factory: SinkFactory
+
+    def _sink(self, schema: StructType) -> BatchSink:
+        sink = type(self).factory(dict(self.options), arrow_schema(schema))
+        sink.check_schema(arrow_schema(schema))
+        return sink
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        refuse_overwrite(overwrite, self.family)
+        batch_id = batch_id_option(self.options, self.family)
+        return SinkBatchWriter(self._sink(schema), batch_id)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        refuse_overwrite(overwrite, self.family)
+        return SinkStreamWriter(self._sink(schema))
+
+
+class EoJdbcDataSource(_SinkDataSource):
+    """``eo_jdbc``: transactional JDBC sink (DESIGN.md section 7)."""
+
+    family = "eo_jdbc"
+    factory = staticmethod(_jdbc_sink)
+
+    @classmethod
+    def name(cls) -> str:
+        return "eo_jdbc"
+
+
+class EoFilesDataSource(_SinkDataSource):
+    """``eo_files``: atomic-rename file sink (DESIGN.md section 8)."""
+
+    family = "eo_files"
+    factory = staticmethod(_files_sink)
+
+    @classmethod
+    def name(cls) -> str:
+        return "eo_files"
+
+
+class EoKafkaDataSource(_SinkDataSource):
+    """``eo_kafka``: idempotent Kafka source (section 5) and exactly-once sink (section 6)."""
+
+    family = "eo_kafka"
+    factory = staticmethod(_kafka_sink)
+
+    @classmethod
+    def name(cls) -> str:
+        return "eo_kafka"
+
+    def schema(self) -> StructType | str:
+        from connectors.spark import kafka_source
+
+        return kafka_source.source_schema(dict(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from connectors.spark import kafka_source
+
+        return kafka_source.batch_reader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from connectors.spark import kafka_source
+
+        return kafka_source.stream_reader(dict(self.options), schema)
+
+
+DATA_SOURCES: tuple[type[DataSource], ...] = (
+    EoKafkaDataSource,
+    EoJdbcDataSource,
+    EoFilesDataSource,
+)
+
+
+def register(spark: Any) -> None:
+    """Register every DataSource of this package with a SparkSession."""
+    for cls in DATA_SOURCES:
+        spark.dataSource.register(cls)

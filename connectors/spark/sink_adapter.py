@@ -1,0 +1,195 @@
+"""Adapts the one sink protocol (``connectors.core.sink``) to Spark, once, for every sink.
+
+Two adapters, same protocol underneath:
+
+- ``SinkStreamWriter`` / ``SinkBatchWriter``: the Python DataSource writers behind
+  ``writeStream.format("eo_jdbc")`` and ``df.write.format(...)``. Executors run
+  ``write(iterator of RecordBatch)`` -> ``sink.stage``; Spark hands the winning attempts'
+  messages to ``commit(messages, batchId)`` on the driver -> ``sink.commit``.
+- ``write_dataframe(sink, df, batch_id)``: the ``foreachBatch`` path.
+  ``df.mapInArrow(stage)`` runs ``sink.stage`` per partition and ``collect()`` brings the
+  pickled messages to the driver, which calls ``sink.commit`` once.
+
+The batch id on executors comes from the local property ``streaming.sql.batchId`` (stable on
+replay), never from a task attempt id (it changes on retry).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from connectors.core.errors import ConnectorError, OptionError
+from connectors.core.sink import BatchSink, TaskInfo
+
+log = logging.getLogger(__name__)
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+_MESSAGE_SCHEMA = pa.schema([pa.field("message", pa.binary())])
+
+
+@dataclass
+class StagedMessage(WriterCommitMessage):
+    """Carries a sink's stage message from an executor task to the driver's commit."""
+
+    writer_id: int
+    attempt: int
+    payload: Any
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """Spark schema -> Arrow schema, with timestamps as ``timestamp[us, UTC]`` like Spark's."""
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+
+
+def _task_info(batch_id: int | None = None) -> TaskInfo:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise ConnectorError("a sink's stage step ran outside a Spark task")
+    if batch_id is None:
+        prop = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if prop is None:
+            raise ConnectorError(
+                f"no '{BATCH_ID_PROPERTY}' local property in this task: the streaming writer "
+                "was used outside a streaming query"
+            )
+        batch_id = int(prop)
+    return TaskInfo(batch_id=batch_id, writer_id=ctx.partitionId(), attempt=ctx.attemptNumber())
+
+
+def _unwrap(messages: Sequence[WriterCommitMessage | None]) -> list[Any]:
+    return [m.payload if isinstance(m, StagedMessage) else None for m in messages]
+
+
+def _commit(sink: BatchSink, batch_id: int, payloads: list[Any]) -> None:
+    started = time.perf_counter()
+    sink.commit(batch_id, payloads)
+    log.info(
+        "%s: committed batch %d (%d writer partitions) in %.1f ms",
+        sink.family,
+        batch_id,
+        len(payloads),
+        (time.perf_counter() - started) * 1000,
+    )
+
+
+class SinkStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format(<sink>)``: one instance per micro-batch, built on the driver."""
+
+    def __init__(self, sink: BatchSink) -> None:
+        self.sink = sink
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        task = _task_info()
+        return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _commit(self.sink, batchId, [p for p in _unwrap(messages) if p is not None])
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        log.warning("%s: aborting batch %d", self.sink.family, batchId)
+        self.sink.abort(batchId, _unwrap(messages))
+
+
+class SinkBatchWriter(DataSourceArrowWriter):
+    """``df.write.format(<sink>).option("batchId", N)``: a one-off batch with a stable id."""
+
+    def __init__(self, sink: BatchSink, batch_id: int) -> None:
+        self.sink = sink
+        self.batch_id = batch_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        task = _task_info(self.batch_id)
+        return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _commit(self.sink, self.batch_id, [p for p in _unwrap(messages) if p is not None])
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning("%s: aborting batch %d", self.sink.family, self.batch_id)
+        self.sink.abort(self.batch_id, _unwrap(messages))
+
+
+def batch_id_option(options: Any, family: str) -> int:
+    """The ``batchId`` a batch (non-streaming) write must carry for exactly-once."""
+    raw = options.get("batchId") if hasattr(options, "get") else None
+    if raw is None:
+        raise OptionError(
+            f"{family}: option 'batchId' is required for a batch write (df.write): it is the "
+            "identity that makes a re-run of the same job a no-op; pass a stable integer, e.g. "
+            "a KafkaWindows window id, or use sink.write(df, batch_id)",
+            option="batchId",
+        )
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(
+            f"{family}: option 'batchId' must be an integer >= 0, got {raw!r}", option="batchId"
+        ) from None
+    if value < 0:
+        raise OptionError(f"{family}: option 'batchId' must be >= 0, got {value}", option="batchId")
+    return value
+
+
+def refuse_overwrite(overwrite: bool, family: str) -> None:
+    if overwrite:
+        raise OptionError(
+            f"{family}: overwrite/complete output mode is not supported: an exactly-once sink "
+            "applies each batch once; use mode 'append' (or outputMode 'append'/'update')",
+            option="mode",
+        )
+
+
+def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
+    """The ``foreachBatch`` path: stage per partition with mapInArrow, commit on the driver.
+
+    1. If the sink already committed ``batch_id``, return: this is a replay.
+    2. Validate the schema on the driver, before any task runs.
+    3. ``mapInArrow`` runs ``sink.stage`` once per partition (Spark retries failed tasks);
+       ``collect`` returns one pickled message per partition, the winning attempt's.
+    4. ``sink.commit`` makes the batch visible once; on failure, ``sink.abort`` cleans up.
+    """
+    if batch_id is None or int(batch_id) < 0:
+        raise ConnectorError(f"{sink.family}: batch_id must be an integer >= 0, got {batch_id!r}")
+    batch_id = int(batch_id)
+    # 1.
+    if sink.is_committed(batch_id):
+        log.info("%s: batch %d already committed; replay is a no-op", sink.family, batch_id)
+        return
+    # 2.
+    sink.check_schema(arrow_schema(df.schema))
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        task = _task_info(batch_id)
+        payload = sink.stage(task, batches)
+        message = pickle.dumps(StagedMessage(task.writer_id, task.attempt, payload))
+        yield pa.RecordBatch.from_arrays([pa.array([message], pa.binary())], schema=_MESSAGE_SCHEMA)
+
+    # 3.
+    try:
+        rows = df.mapInArrow(stage, "message binary").collect()
+    except Exception:
+        sink.abort(batch_id, [])
+        raise
+    messages = [pickle.loads(r["message"]) for r in rows]  # noqa: S301 - our own tasks' output
+    payloads = [m.payload for m in sorted(messages, key=lambda m: m.writer_id)]
+    # 4.
+    try:
+        _commit(sink, batch_id, payloads)
+    except Exception:
+        sink.abort(batch_id, payloads)
+        raise
