@@ -300,8 +300,10 @@ class WebHdfsStorage(Storage):
 
     @contextlib.contextmanager
     def open_write(self, path: str) -> Iterator[IO[bytes]]:
+        # The hdfs client streams a chunked PUT from a background thread; pyarrow's writers
+        # also need tell(), which its writer lacks, hence the small wrapper.
         with self._errors("write", path), self.client.write(path, overwrite=False) as writer:
-            yield writer
+            yield _TellingWriter(writer)  # type: ignore[misc]
 
     def read(self, path: str) -> bytes:
         with self._errors("read", path), self.client.read(path) as reader:
@@ -357,6 +359,39 @@ class WebHdfsStorage(Storage):
     def mkdirs(self, path: str) -> None:
         with self._errors("mkdirs", path):
             self.client.makedirs(path)
+
+
+class _TellingWriter:
+    """A write-only binary stream over the hdfs client's writer, with tell() and closed."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._pos = 0
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        view = bytes(data)
+        self._inner.write(view)
+        self._pos += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def flush(self) -> None:
+        return None
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
 
 
 @contextlib.contextmanager
