@@ -54,9 +54,16 @@ def free_port() -> int:
 class EmbeddedBroker:
     """A tansu broker on a free loopback port, stopped on ``stop()`` or context exit."""
 
-    def __init__(self, port: int | None = None, log_path: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        log_path: str | None = None,
+        advertised_port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        # Clients connect to what the broker advertises; a test puts a proxy there.
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
@@ -69,7 +76,7 @@ class EmbeddedBroker:
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            f"tcp://127.0.0.1:{self.advertised_port}",
             "--storage-engine",
             "memory://tansu/",
         ]
@@ -94,7 +101,8 @@ class EmbeddedBroker:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     pass
-                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                if self.advertised_port == self.port:
+                    AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
                 return
             except Exception as e:  # noqa: BLE001 - retried until the deadline
                 last = e

@@ -1,0 +1,105 @@
+"""A loopback TCP proxy we control, to cut every connection between clients and a broker.
+
+``drop_all()`` closes every open connection at once (both directions, RST-like), and
+``pause(seconds)`` additionally refuses new connections for a while: a network partition
+as clients see it. Only 127.0.0.1 is ever used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import time
+
+
+class TcpProxy:
+    def __init__(self, target_port: int, listen_port: int = 0) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", listen_port))
+        self._listener.listen(128)
+        self.port = self._listener.getsockname()[1]
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._refuse_until = 0.0
+        self._stopped = False
+        self.drops = 0
+        self.accepted = 0
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        return self
+
+    def _accept_loop(self) -> None:
+        while not self._stopped:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if time.monotonic() < self._refuse_until:
+                _hard_close(client)
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _hard_close(client)
+                continue
+            upstream.settimeout(None)
+            self.accepted += 1
+            with self._lock:
+                self._conns.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with self._lock:
+                    self._conns.discard(s)
+                _hard_close(s)
+
+    def drop_all(self) -> int:
+        """Reset every open connection; returns how many sockets were cut."""
+        with self._lock:
+            conns = list(self._conns)
+            self._conns.clear()
+        for s in conns:
+            _hard_close(s)
+        self.drops += 1
+        return len(conns)
+
+    def pause(self, seconds: float) -> int:
+        """Cut everything and refuse new connections for ``seconds``."""
+        self._refuse_until = time.monotonic() + seconds
+        return self.drop_all()
+
+    def stop(self) -> None:
+        self._stopped = True
+        _hard_close(self._listener)
+        self.drop_all()
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _hard_close(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        # SO_LINGER 0: close sends RST, as a dropped connection looks to the peer.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        s.close()
