@@ -1,0 +1,282 @@
+"""``python -m connectors demo``: an end-to-end exactly-once demo with real crashes.
+
+1. Start an embedded Kafka-protocol broker (or use ``--bootstrap``).
+2. Produce lines of words to an input topic, with a progress bar; remember the true counts.
+3. Run the pipeline (``connectors.demo_pipeline``) in a child process:
+   ``eo_kafka`` -> word count per micro-batch -> ``eo_jdbc`` (accumulate), ``eo_kafka``
+   (per-batch counts to an output topic) and ``eo_files`` (per-batch counts as parquet).
+4. SIGKILL the child's whole process group at a random moment mid-stream (``--kills N``
+   times), restart it from its checkpoint, and let it finish.
+5. Verify every sink against the ground truth and print a report; exit 1 on any mismatch.
+
+``--naive-jdbc`` swaps the JDBC sink for a plain accumulate without the exactly-once
+protection (test-only), and ``--crash-at`` kills at a named failpoint instead of a random
+moment: together they prove the verification can fail (a replayed batch is counted twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.core.errors import ConnectorError
+from connectors.core.options import redact_url
+
+WORDS = (
+    "apex window kafka spark stream batch commit offset sink source exactly once replay "
+    "crash recover ledger rename parquet postgres arrow python driver executor partition"
+).split()
+
+
+def add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
+    p.add_argument("--db-url", help="SQLAlchemy URL for the JDBC sink (default: SQLite file)")
+    p.add_argument("--workdir", default=None, help="where checkpoints and output go "
+                   "(default: a fresh temp directory, removed unless --keep)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--lines", type=int, default=20000, help="lines of words to produce")
+    p.add_argument("--batch-size", type=int, default=2000,
+                   help="maxOffsetsPerTrigger of the pipeline (lines per micro-batch)")
+    p.add_argument("--kills", type=int, default=1, help="how many times to SIGKILL the pipeline")
+    p.add_argument("--seed", type=int, default=None, help="random seed (words and kill times)")
+    p.add_argument("--crash-at", default=None, help="kill at this failpoint (e.g. "
+                   "'jdbc.after_commit@2') instead of at a random moment")
+    p.add_argument("--naive-jdbc", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per pipeline run")
+
+
+@dataclass
+class SinkCheck:
+    name: str
+    rows_out: int
+    total_expected: int
+    total_got: int
+    duplicates: int
+    missing: int
+    wrong_words: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.duplicates == 0 and self.missing == 0
+
+
+def compare(name: str, expected: Counter[str], got: Counter[str], rows_out: int) -> SinkCheck:
+    dup = sum(max(0, got[w] - expected[w]) for w in set(got) | set(expected))
+    miss = sum(max(0, expected[w] - got[w]) for w in set(got) | set(expected))
+    wrong = sorted(w for w in set(got) | set(expected) if got[w] != expected[w])
+    return SinkCheck(name, rows_out, sum(expected.values()), sum(got.values()), dup, miss, wrong)
+
+
+def _progress(done: int, total: int, width: int = 30) -> None:
+    filled = int(width * done / max(total, 1))
+    sys.stdout.write(f"\r  producing [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    sys.stdout.flush()
+
+
+def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
+                  rng: random.Random) -> Counter[str]:
+    from connectors.embedded import produce_exact
+
+    truth: Counter[str] = Counter()
+    records = []
+    for i in range(lines):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, 8))]
+        truth.update(words)
+        records.append((str(i).encode(), " ".join(words).encode(), i % partitions))
+    chunk = max(1, lines // 20)
+    for start in range(0, lines, chunk):
+        produce_exact(bootstrap, topic, records[start:start + chunk])
+        _progress(min(start + chunk, lines), lines)
+    sys.stdout.write("\n")
+    return truth
+
+
+def _pipeline_cmd(cfg: dict[str, Any]) -> list[str]:
+    return [sys.executable, "-m", "connectors.demo_pipeline", json.dumps(cfg)]
+
+
+def last_batch(checkpoint: str) -> int | None:
+    """The highest batch id Spark planned (offsets log) in a checkpoint."""
+    d = os.path.join(checkpoint, "offsets")
+    ids = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
+    return max(ids) if ids else None
+
+
+def run_child(cfg: dict[str, Any], *, kill_after: float | None, failpoint: str | None,
+              timeout: float, log_path: str) -> tuple[int, bool]:
+    """Run the pipeline once; returns (returncode, killed)."""
+    env = dict(os.environ)
+    env.pop("CONNECTORS_FAILPOINTS", None)
+    if failpoint:
+        env["CONNECTORS_FAILPOINTS"] = failpoint
+        env["CONNECTORS_FAILPOINTS_SCOPE"] = "group"
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(  # noqa: S603 - our own module
+            _pipeline_cmd(cfg), stdout=log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
+        )
+        killed = False
+        try:
+            proc.wait(timeout=kill_after if kill_after is not None else timeout)
+        except subprocess.TimeoutExpired:
+            if kill_after is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise ConnectorError(
+                    f"pipeline run exceeded {timeout}s (log: {log_path})"
+                ) from None
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            killed = True
+        try:  # reap Spark's JVM if only the Python driver died
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.returncode == -signal.SIGKILL:
+        killed = True
+    return proc.returncode, killed
+
+
+def verify(cfg: dict[str, Any], truth: Counter[str]) -> list[SinkCheck]:
+    from connectors.demo_pipeline import read_files_counts, read_jdbc_counts, read_kafka_counts
+
+    checks = []
+    got, rows = read_jdbc_counts(cfg)
+    checks.append(compare("eo_jdbc (accumulate)", truth, got, rows))
+    got, rows = read_kafka_counts(cfg)
+    checks.append(compare("eo_kafka (topic)", truth, got, rows))
+    got, rows = read_files_counts(cfg)
+    checks.append(compare("eo_files (parquet)", truth, got, rows))
+    return checks
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from connectors.embedded import EmbeddedBroker, create_topic
+
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
+    rng = random.Random(seed)  # noqa: S311 - demo data and kill times, not crypto
+    workdir = args.workdir or tempfile.mkdtemp(prefix="eo-demo-")
+    os.makedirs(workdir, exist_ok=True)
+    started = time.monotonic()
+    broker = None
+    quiet = args.json
+    say = (lambda *a: None) if quiet else print
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            say("starting embedded Kafka-protocol broker (tansu)...")
+            broker = EmbeddedBroker(log_path=os.path.join(workdir, "broker.log")).start()
+            bootstrap = broker.bootstrap
+        tag = f"{seed:x}"
+        cfg = {
+            "bootstrap": bootstrap,
+            "in_topic": f"demo-lines-{tag}",
+            "out_topic": f"demo-counts-{tag}",
+            "checkpoint": os.path.join(workdir, "checkpoint"),
+            "wal": os.path.join(workdir, "wal"),
+            "files": os.path.join(workdir, "files-out"),
+            "db_url": args.db_url or f"sqlite:///{os.path.join(workdir, 'wordcount.db')}",
+            "table": f"word_counts_{tag}",
+            "sink_id": f"demo-{tag}",
+            "batch_size": args.batch_size,
+            "naive_jdbc": bool(args.naive_jdbc),
+        }
+        create_topic(bootstrap, cfg["in_topic"], 4)
+        create_topic(bootstrap, cfg["out_topic"], 2)
+        say(f"producing {args.lines} lines to {cfg['in_topic']} (seed {seed})")
+        truth = (produce_lines(bootstrap, cfg["in_topic"], args.lines, 4, rng) if not quiet
+                 else _quiet_produce(bootstrap, cfg["in_topic"], args.lines, rng))
+        log_path = os.path.join(workdir, "pipeline.log")
+        crashes: list[dict[str, Any]] = []
+        # A pipeline run (Spark start-up included) takes ~20-60 s here; kill inside it.
+        for k in range(args.kills):
+            if args.crash_at:
+                fp, kill_after = args.crash_at, None
+            else:
+                fp, kill_after = None, rng.uniform(12.0, 30.0)
+            what = f"failpoint {fp}" if fp else f"SIGKILL after {kill_after:.1f}s"
+            say(f"run {k + 1}: pipeline with {what}")
+            code, killed = run_child(cfg, kill_after=kill_after, failpoint=fp,
+                                     timeout=args.timeout, log_path=log_path)
+            batch = last_batch(cfg["checkpoint"])
+            crashes.append({"run": k + 1, "killed": killed, "exit": code, "batch": batch})
+            if killed:
+                say(f"  killed (SIGKILL) while batch {batch} was in flight")
+            elif code != 0:
+                raise ConnectorError(f"pipeline failed with exit code {code}; see {log_path}")
+            else:
+                say("  finished before the kill")
+        say("final run: restart from the checkpoint and finish")
+        code, killed = run_child(cfg, kill_after=None, failpoint=None, timeout=args.timeout,
+                                 log_path=log_path)
+        if code != 0:
+            raise ConnectorError(f"final pipeline run failed (exit {code}); see {log_path}")
+        checks = verify(cfg, truth)
+        elapsed = time.monotonic() - started
+        ok = all(c.ok for c in checks)
+        report = {
+            "ok": ok,
+            "seed": seed,
+            "lines_in": args.lines,
+            "words_in": sum(truth.values()),
+            "distinct_words": len(truth),
+            "crashes": crashes,
+            "kills": sum(1 for c in crashes if c["killed"]),
+            "seconds": round(elapsed, 1),
+            "db_url": redact_url(cfg["db_url"]),
+            "sinks": [dict(c.__dict__, ok=c.ok) for c in checks],
+        }
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            print_report(report, checks)
+        return 0 if ok else 1
+    finally:
+        if broker is not None:
+            broker.stop()
+        if not args.workdir and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif not quiet:
+            print(f"work directory kept: {workdir}")
+
+
+def _quiet_produce(bootstrap: str, topic: str, lines: int, rng: random.Random) -> Counter[str]:
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return produce_lines(bootstrap, topic, lines, 4, rng)
+
+
+def print_report(report: dict[str, Any], checks: list[SinkCheck]) -> None:
+    kills = report["kills"]
+    batches = [c["batch"] for c in report["crashes"] if c["killed"]]
+    print()
+    print("=" * 72)
+    print(f"exactly-once demo: {report['lines_in']} lines, {report['words_in']} words "
+          f"({report['distinct_words']} distinct), {kills} SIGKILL(s) "
+          f"at batch(es) {batches or '-'}, {report['seconds']}s")
+    print("-" * 72)
+    print(f"{'sink':<24}{'rows out':>10}{'words in':>10}{'words out':>11}"
+          f"{'duplicates':>12}{'missing':>9}")
+    for c in checks:
+        print(f"{c.name:<24}{c.rows_out:>10}{c.total_expected:>10}{c.total_got:>11}"
+              f"{c.duplicates:>12}{c.missing:>9}  {'OK' if c.ok else 'FAIL'}")
+    print("-" * 72)
+    print("RESULT: " + ("all sinks exactly-once" if report["ok"] else
+                        "MISMATCH: " + ", ".join(c.name for c in checks if not c.ok)))
+    print("=" * 72)
