@@ -1,0 +1,503 @@
+"""``eo_files``: the atomic-rename file sink (DESIGN.md section 8).
+
+Apex's FileOutputOperator idea on Spark micro-batches: tasks write temporary files, and the
+driver makes them visible by rename once the batch commits. A file that a reader can see is
+always complete, and each batch appears once.
+
+Layout under ``path``::
+
+    part-000000000007-00001-000.parquet        committed output (or under col=value/ dirs)
+    _eo_staging/7/00001-a0-1f2e3d4c-000.parquet  staged by writer 1, attempt 0, of batch 7
+    _eo_log/00000000000000000007.json          the rename plan of batch 7
+    _eo_log/00000000000000000007.commit        batch 7 is committed (written last)
+    _spark_metadata/7                          Spark's file-sink log (optional, default on)
+
+Readers that list files (Spark, ``pyarrow.dataset``, pandas) skip ``_``- and ``.``-prefixed
+names, so they never see staging, logs or temp files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pyarrow as pa
+
+from connectors.core import failpoints
+from connectors.core.errors import FileSinkError, OptionError, StorageError
+from connectors.core.options import OptionReader
+from connectors.core.sink import BatchSink, TaskInfo
+from connectors.core.storage import LocalStorage, storage_for
+from connectors.core.wal import WriteAheadLog
+from connectors.files.formats import (
+    FileFormat,
+    RollingWriter,
+    WrittenFile,
+    check_partition_columns,
+)
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = "_eo_staging"
+LOG_DIR = "_eo_log"
+#: commit records kept in ``_eo_log`` (older ones are purged; only the newest is needed)
+LOG_RETENTION = 100
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """The stage message of one task: the files it wrote under ``_eo_staging/<batch>/``."""
+
+    batch_id: int
+    writer_id: int
+    attempt: int
+    files: tuple[WrittenFile, ...]
+
+
+class FileSink(BatchSink):
+    """Writes DataFrame rows as parquet, JSON-lines or CSV files under a local or HDFS path.
+
+    Guarantee: exactly-once per batch id. Every committed batch's rows appear in the output
+    exactly once, and a file visible to a reader is always complete. Conditions: the batch
+    id is stable on replay (Spark's ``batchId`` or a ``KafkaWindows`` window id), one query
+    writes to ``path``, and the filesystem renames atomically (POSIX, HDFS; object stores
+    are refused). A new checkpoint against an old ``path`` restarts batch ids at 0, and those
+    batches are skipped as already committed, like Spark's own file sink.
+
+    Unit of parallelism: one Spark task (writer partition) per file set; each task writes
+    one file per ``partitionBy`` directory, rolling after ``maxRecordsPerFile`` rows or about
+    ``maxBytesPerFile`` bytes. The driver commits the whole batch once.
+
+    Commit protocol, driver side, for batch ``B`` (``commit``):
+
+    0. If ``B`` is committed (``_eo_log`` holds a commit record for B or a later batch),
+       remove ``_eo_staging/B`` and return. Failpoint ``files.after_stage`` fires before.
+    1. Plan. If ``_eo_log/B.json`` (the rename plan) exists, this is a replay after a crash
+       in steps 2-4: finish *that* plan with the staged files it names and ignore the new
+       attempt's files (step 5 deletes them), because a new attempt may split the same
+       rows differently across files. Otherwise build the plan from the winning tasks'
+       messages, staged name -> ``part-<B:012d>-<writer:05d>-<n:03d>.<ext>`` under its
+       partition directory, and write it atomically. Failpoint ``files.after_plan``.
+    2. Rename each planned file into place. A target that exists while its source is gone
+       (or both exist, after a crash inside a no-replace rename) counts as done.
+       Failpoint ``files.mid_rename`` after each rename (``#n`` = after the n-th; without
+       ``#``, after the first). Failpoint ``files.after_rename`` after the last.
+    3. Spark's ``_spark_metadata`` log entry for B (optional), written atomically and
+       idempotently. Failpoint ``files.before_log``.
+    4. The commit record ``_eo_log/B.commit``, atomically and last. Failpoint
+       ``files.after_log``.
+    5. Remove ``_eo_staging/B`` (and orphans of older batches) and purge old log records.
+
+    ``abort(B)`` removes B's staged files, except those a pending plan still needs (Spark
+    also calls ``abort`` when ``commit`` raised part-way through step 2).
+
+    Task side (``stage``): stream the partition's Arrow batches through pyarrow into new
+    files ``_eo_staging/B/<writer>-a<attempt>-<uuid>-<seq>.<ext>``; never collect the
+    partition; return the list of files. Failpoint ``files.task_staged`` after the files are
+    durable.
+    """
+
+    family = "files"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        format: str = "parquet",  # noqa: A002 - Spark's option name
+        compression: str | None = None,
+        partition_by: Sequence[str] | str = (),
+        max_records_per_file: int | None = None,
+        max_bytes_per_file: int | None = None,
+        sink_id: str | None = None,
+        spark_metadata: bool = True,
+        csv_header: bool = True,
+        webhdfs_url: str | None = None,
+        hdfs_user: str | None = None,
+    ) -> None:
+        if not isinstance(path, str) or not path.strip():
+            raise OptionError(
+                "eo_files: option 'path' is required: a local path, file://, hdfs:// or "
+                "webhdfs:// URL",
+                option="path",
+            )
+        try:
+            self.storage, self.path = storage_for(
+                path, webhdfs_url=webhdfs_url, hdfs_user=hdfs_user
+            )
+        except StorageError as e:
+            raise OptionError(f"eo_files: option 'path' is not usable: {e}", option="path") from e
+        self.url = path
+        self.format = FileFormat.parse(format, compression, csv_header=csv_header)
+        if isinstance(partition_by, str):
+            partition_by = [p.strip() for p in partition_by.split(",") if p.strip()]
+        self.partition_by = tuple(partition_by)
+        for name, value in (
+            ("maxRecordsPerFile", max_records_per_file),
+            ("maxBytesPerFile", max_bytes_per_file),
+        ):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise OptionError(
+                    f"eo_files: option '{name}' must be an integer >= 0 (0 = no limit), "
+                    f"got {value!r}",
+                    option=name,
+                )
+        self.max_records_per_file = max_records_per_file or None
+        self.max_bytes_per_file = max_bytes_per_file or None
+        self.sink_id = sink_id
+        self.spark_metadata = spark_metadata
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> FileSink:
+        """Build from Spark's string options (``writeStream.format("eo_files").option(...)``)."""
+        r = OptionReader(options, family="eo_files")
+        path = r.required("path", "a local path, file://, hdfs:// or webhdfs:// URL")
+        sink = cls(
+            path,
+            format=r.string("format") or "parquet",
+            compression=r.string("compression"),
+            partition_by=r.csv_list("partitionBy"),
+            max_records_per_file=r.integer("maxRecordsPerFile", None, minimum=0),
+            max_bytes_per_file=r.integer("maxBytesPerFile", None, minimum=0),
+            sink_id=r.string("sink_id") or r.string("sinkId"),
+            spark_metadata=r.boolean("sparkMetadata", True),
+            csv_header=r.boolean("header", True),
+            webhdfs_url=r.string("webhdfsUrl"),
+            hdfs_user=r.string("hdfsUser"),
+        )
+        r.warn_unknown(ignore=("batchId", "checkpointLocation", "queryName"))
+        if schema is not None:
+            sink._check_columns(schema)
+        return sink
+
+    def __repr__(self) -> str:
+        return f"FileSink({self.storage.url(self.path)!r}, format={self.format.name!r})"
+
+    # -- driver-side validation ----------------------------------------------------------
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Columns and path, checked on the driver before any task writes."""
+        self._check_columns(schema)
+        self._check_path()
+
+    def _check_columns(self, schema: pa.Schema) -> None:
+        check_partition_columns(schema, self.partition_by)
+        data = pa.schema([f for f in schema if f.name not in self.partition_by])
+        self.format.check_schema(data)
+
+    def _check_path(self) -> None:
+        where = self.storage.url(self.path)
+        try:
+            if self.storage.exists(self.path):
+                if not self.storage.is_dir(self.path):
+                    raise OptionError(
+                        f"eo_files: option 'path' {where!r} is a file; give a directory "
+                        "(it is created if missing)",
+                        option="path",
+                    )
+                if isinstance(self.storage, LocalStorage) and not os.access(
+                    self.path, os.W_OK | os.X_OK
+                ):
+                    raise OptionError(
+                        f"eo_files: option 'path' {where!r} is not writable by this user",
+                        option="path",
+                    )
+                return
+            if isinstance(self.storage, LocalStorage):
+                parent = os.path.dirname(self.path)
+                while parent and not os.path.exists(parent):
+                    parent = os.path.dirname(parent)
+                if not os.path.isdir(parent):
+                    raise OptionError(
+                        f"eo_files: option 'path' {where!r} cannot be created: {parent!r} "
+                        "is a file, not a directory",
+                        option="path",
+                    )
+                if not os.access(parent, os.W_OK | os.X_OK):
+                    raise OptionError(
+                        f"eo_files: option 'path' {where!r} cannot be created: {parent!r} "
+                        "is not writable by this user",
+                        option="path",
+                    )
+        except StorageError as e:
+            raise FileSinkError(f"eo_files: cannot check path {where!r}: {e}") from e
+
+    # -- layout ---------------------------------------------------------------------------
+    @property
+    def wal(self) -> WriteAheadLog:
+        return WriteAheadLog(self.storage, self.path, LOG_DIR)
+
+    def staging_dir(self, batch_id: int) -> str:
+        return self.storage.join(self.path, STAGING_DIR, str(batch_id))
+
+    def final_name(self, batch_id: int, writer_id: int, n: int) -> str:
+        return f"part-{batch_id:012d}-{writer_id:05d}-{n:03d}{self.format.extension}"
+
+    def _spark_log(self) -> Any:
+        from connectors.files.spark_metadata import SparkMetadataLog
+
+        return SparkMetadataLog(self.storage, self.path)
+
+    # -- task side --------------------------------------------------------------------------
+    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> StagedFiles:
+        """Write this task's rows as new files in ``_eo_staging/<batch>/``; list them."""
+        batch_id = task.batch_id
+        staging = self.staging_dir(batch_id)
+        token = uuid.uuid4().hex[:8]
+        seq = iter(range(1 << 30))
+
+        def open_file() -> tuple[str, contextlib.AbstractContextManager[IO[bytes]]]:
+            name = (
+                f"{task.writer_id:05d}-a{task.attempt}-{token}-{next(seq):03d}"
+                f"{self.format.extension}"
+            )
+            return name, self.storage.open_write(self.storage.join(staging, name))
+
+        writer = RollingWriter(
+            self.format,
+            open_file,
+            partition_by=self.partition_by,
+            max_records=self.max_records_per_file,
+            max_bytes=self.max_bytes_per_file,
+        )
+        try:
+            for batch in batches:
+                writer.write(batch)
+            files = writer.close()
+        except BaseException as e:
+            for name in writer.abort():
+                with contextlib.suppress(Exception):
+                    self.storage.delete(self.storage.join(staging, name))
+            if isinstance(e, (FileSinkError, StorageError)) or not isinstance(e, Exception):
+                raise
+            raise FileSinkError(
+                f"eo_files: writer {task.writer_id} of batch {batch_id} failed writing to "
+                f"{self.storage.url(staging)!r}: {e}"
+            ) from e
+        failpoints.hit("files.task_staged", batch_id)
+        log.debug(
+            "eo_files: batch %d writer %d staged %d files, %d rows",
+            batch_id,
+            task.writer_id,
+            len(files),
+            sum(f.rows for f in files),
+        )
+        return StagedFiles(batch_id, task.writer_id, task.attempt, tuple(files))
+
+    # -- driver side ---------------------------------------------------------------------------
+    def last_committed(self) -> int | None:
+        return self.wal.last_committed()
+
+    def is_committed(self, batch_id: int) -> bool:
+        wal = self.wal
+        if wal.is_committed(batch_id):
+            return True
+        last = wal.last_committed()
+        return last is not None and last >= batch_id
+
+    def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
+        """Make batch ``batch_id`` visible exactly once (see the class docstring's steps)."""
+        started = time.perf_counter()
+        wal = self.wal
+        failpoints.hit("files.after_stage", batch_id)
+        # 0.
+        if self.is_committed(batch_id):
+            log.info("eo_files: batch %d already committed; dropping its staged files", batch_id)
+            self._cleanup(batch_id)
+            return
+        self._check_owner(wal)
+        # 1.
+        plan = wal.get(batch_id)
+        if plan is None:
+            plan = self._plan(batch_id, messages)
+            wal.append(batch_id, plan)
+        else:
+            log.warning(
+                "eo_files: batch %d has a rename plan from an earlier attempt; finishing that "
+                "plan and discarding this attempt's files",
+                batch_id,
+            )
+        failpoints.hit("files.after_plan", batch_id)
+        # 2.
+        staging = self.staging_dir(batch_id)
+        for i, entry in enumerate(plan["files"], start=1):
+            self._rename(
+                self.storage.join(staging, entry["staged"]),
+                self.storage.join(self.path, entry["final"]),
+                batch_id,
+            )
+            failpoints.hit("files.mid_rename", batch_id, count=i)
+        failpoints.hit("files.after_rename", batch_id)
+        # 3.
+        if self.spark_metadata:
+            self._spark_log().add(
+                batch_id,
+                [
+                    (self.storage.join(self.path, e["final"]), e["bytes"], plan["created_ms"])
+                    for e in plan["files"]
+                ],
+            )
+        failpoints.hit("files.before_log", batch_id)
+        # 4.
+        rows = sum(e["rows"] for e in plan["files"])
+        wal.commit(
+            batch_id,
+            {
+                "sink_id": self.sink_id,
+                "files": len(plan["files"]),
+                "rows": rows,
+                "bytes": sum(e["bytes"] for e in plan["files"]),
+                "committed_ms": int(time.time() * 1000),
+            },
+        )
+        failpoints.hit("files.after_log", batch_id)
+        # 5.
+        self._cleanup(batch_id)
+        if batch_id % 10 == 0:
+            wal.purge(batch_id - LOG_RETENTION + 1, keep_last=LOG_RETENTION)
+        log.info(
+            "eo_files: committed batch %d to %s: %d files, %d rows in %.1f ms",
+            batch_id,
+            self.storage.url(self.path),
+            len(plan["files"]),
+            rows,
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _plan(self, batch_id: int, messages: Sequence[Any]) -> dict[str, Any]:
+        staged: dict[int, StagedFiles] = {}
+        for m in messages:
+            if m is None:
+                continue
+            if not isinstance(m, StagedFiles):
+                raise FileSinkError(
+                    f"eo_files: batch {batch_id}: unexpected stage message {type(m).__name__}"
+                )
+            if m.batch_id != batch_id:
+                raise FileSinkError(
+                    f"eo_files: a message of batch {m.batch_id} reached the commit of batch "
+                    f"{batch_id}"
+                )
+            if m.writer_id in staged:
+                raise FileSinkError(
+                    f"eo_files: batch {batch_id} got two messages for writer {m.writer_id}; "
+                    "Spark must hand over one winning attempt per partition"
+                )
+            staged[m.writer_id] = m
+        files = []
+        for writer_id in sorted(staged):
+            for n, f in enumerate(staged[writer_id].files):
+                name = self.final_name(batch_id, writer_id, n)
+                final = f"{f.partition}/{name}" if f.partition else name
+                files.append({"staged": f.name, "final": final, "rows": f.rows, "bytes": f.bytes})
+        return {
+            "batch": batch_id,
+            "sink_id": self.sink_id,
+            "format": self.format.name,
+            "created_ms": int(time.time() * 1000),
+            "files": files,
+        }
+
+    def _rename(self, src: str, dst: str, batch_id: int) -> None:
+        try:
+            self.storage.rename(src, dst)
+            return
+        except FileExistsError:
+            # A crash between link and unlink (local) leaves both: the target is the file.
+            with contextlib.suppress(FileNotFoundError):
+                self.storage.delete(src)
+            return
+        except FileNotFoundError:
+            if self.storage.exists(dst):
+                return  # renamed before a crash
+            raise FileSinkError(
+                f"eo_files: batch {batch_id}: staged file {self.storage.url(src)!r} and its "
+                f"target {self.storage.url(dst)!r} are both missing; the staging directory "
+                "was modified outside the sink"
+            ) from None
+        except StorageError as e:
+            raise FileSinkError(
+                f"eo_files: batch {batch_id}: rename {self.storage.url(src)!r} -> "
+                f"{self.storage.url(dst)!r} failed: {e}"
+            ) from e
+
+    def _check_owner(self, wal: WriteAheadLog) -> None:
+        if self.sink_id is None:
+            return
+        last = wal.last_committed()
+        if last is None:
+            return
+        owner = (wal.commit_info(last) or {}).get("sink_id")
+        if owner is not None and owner != self.sink_id:
+            raise FileSinkError(
+                f"eo_files: path {self.storage.url(self.path)!r} holds output of sink "
+                f"{owner!r} (batch {last}), not of sink_id {self.sink_id!r}; use another path "
+                "or the same sink_id"
+            )
+
+    def _cleanup(self, batch_id: int) -> None:
+        """Remove the staging directory of ``batch_id`` and of every older batch."""
+        root = self.storage.join(self.path, STAGING_DIR)
+        for name in self.storage.list(root):
+            if name.isdigit() and int(name) <= batch_id:
+                with contextlib.suppress(FileNotFoundError):
+                    self.storage.delete(self.storage.join(root, name), recursive=True)
+
+    def abort(self, batch_id: int, messages: Sequence[Any | None]) -> None:
+        """Remove this batch's staged files, keeping those a pending rename plan needs."""
+        if self.is_committed(batch_id):
+            self._cleanup(batch_id)
+            return
+        staging = self.staging_dir(batch_id)
+        plan = self.wal.get(batch_id)
+        if plan is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.storage.delete(staging, recursive=True)
+            return
+        keep = {e["staged"] for e in plan["files"]}
+        for name in self.storage.list(staging):
+            if name not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    self.storage.delete(self.storage.join(staging, name))
+
+    # -- inspection ----------------------------------------------------------------------------
+    def committed_files(self) -> list[str]:
+        """Every committed data file (paths), for tests and tools."""
+        hidden = (STAGING_DIR, LOG_DIR, "_spark_metadata")
+        out: list[dict[str, Any]] = []
+        for name in self.storage.list(self.path):
+            if name in hidden or name.startswith("_"):
+                continue
+            full = self.storage.join(self.path, name)
+            if self.storage.is_dir(full):
+                out.extend(self.storage.walk_files(full))
+            else:
+                out.append(full)
+        return sorted(out)
+
+
+
+def committed_batches(path: str, **storage_kwargs: Any) -> list[dict[str, Any]]:
+    """The committed batches still in ``<path>/_eo_log`` (the newest ``LOG_RETENTION``):
+    ``[{"batch_id", "files": [final paths], "rows", "bytes", "sink_id"}]``, oldest first."""
+    storage, base = storage_for(path, **storage_kwargs)
+    wal = WriteAheadLog(storage, base, LOG_DIR)
+    out = []
+    for seq in wal.committed_seqs():
+        info = wal.commit_info(seq) or {}
+        plan = wal.get(seq) or {}
+        out.append(
+            {
+                "batch_id": seq,
+                "files": [e["final"] for e in plan.get("files", [])],
+                "rows": info.get("rows"),
+                "bytes": info.get("bytes"),
+                "sink_id": info.get("sink_id"),
+            }
+        )
+    return out
