@@ -469,7 +469,7 @@ class FileSink(BatchSink):
     def committed_files(self) -> list[str]:
         """Every committed data file (paths), for tests and tools."""
         hidden = (STAGING_DIR, LOG_DIR, "_spark_metadata")
-        out: list[dict[str, Any]] = []
+        out: list[str] = []
         for name in self.storage.list(self.path):
             if name in hidden or name.startswith("_"):
                 continue
@@ -487,7 +487,7 @@ def committed_batches(path: str, **storage_kwargs: Any) -> list[dict[str, Any]]:
     ``[{"batch_id", "files": [final paths], "rows", "bytes", "sink_id"}]``, oldest first."""
     storage, base = storage_for(path, **storage_kwargs)
     wal = WriteAheadLog(storage, base, LOG_DIR)
-    out = []
+    out: list[dict[str, Any]] = []
     for seq in wal.committed_seqs():
         info = wal.commit_info(seq) or {}
         plan = wal.get(seq) or {}
