@@ -1,0 +1,318 @@
+"""Offset arithmetic of the ``eo_kafka`` source: pure functions, no network, no Spark.
+
+Everything here is deterministic: the same inputs give the same outputs, in the same order.
+That is what makes ``partitions(start, end)`` a pure function of ``(start, end)``, so a
+replayed micro-batch reads exactly the rows it read the first time (DESIGN.md section 5).
+
+Vocabulary:
+
+- a *TP* is ``(cluster, topic, partition)``; ``cluster`` is ``""`` for a single-cluster source;
+- an *offsets map* is ``{TP: next_offset}``: the next offset to read, i.e. ``last + 1``;
+- Spark's offset JSON is ``{"<topic>": {"<partition>": next_offset}}`` for one cluster and
+  ``{"<cluster>": {"<topic>": {"<partition>": next_offset}}}`` for several.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from connectors.core.errors import KafkaSourceError, OptionError
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, str, int]
+TopicPartitionKey = tuple[str, int]
+
+#: Spark's special offsets in startingOffsets/endingOffsets JSON.
+LATEST = -1
+EARLIEST = -2
+
+
+# -- Spark's offset JSON -------------------------------------------------------------------
+def encode_offsets(offsets: Mapping[TP, int], multi_cluster: bool) -> dict[str, Any]:
+    """``{TP: offset}`` -> Spark's offset JSON dict (string keys, sorted for stable output)."""
+    out: dict[str, Any] = {}
+    for (cluster, topic, partition), offset in sorted(offsets.items()):
+        level = out.setdefault(cluster, {}) if multi_cluster else out
+        level.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def decode_offsets(obj: Mapping[str, Any], multi_cluster: bool) -> dict[TP, int]:
+    """The inverse of :func:`encode_offsets`. Raises :class:`KafkaSourceError` on bad shape."""
+    out: dict[TP, int] = {}
+    if multi_cluster:
+        for cluster, topics in obj.items():
+            if not isinstance(topics, Mapping):
+                raise KafkaSourceError(f"offset for cluster {cluster!r} is not an object: {obj}")
+            for (topic, partition), offset in _topics(topics).items():
+                out[(cluster, topic, partition)] = offset
+    else:
+        for (topic, partition), offset in _topics(obj).items():
+            out[("", topic, partition)] = offset
+    return out
+
+
+def _topics(obj: Mapping[str, Any]) -> dict[TopicPartitionKey, int]:
+    out: dict[TopicPartitionKey, int] = {}
+    for topic, parts in obj.items():
+        if not isinstance(parts, Mapping):
+            raise KafkaSourceError(f"offsets of topic {topic!r} must be an object, got {parts!r}")
+        for p, off in parts.items():
+            out[(topic, int(p))] = int(off)
+    return out
+
+
+def parse_partition_offsets(
+    text: str,
+    option: str,
+    *,
+    family: str = "eo_kafka",
+    allow_earliest: bool = True,
+    allow_latest: bool = True,
+    timestamps: bool = False,
+) -> dict[TopicPartitionKey, int]:
+    """Parse a per-partition JSON option such as ``startingOffsets``.
+
+    ``{"topicA": {"0": 23, "1": -2}, "topicB": {"0": -1}}`` -> ``{("topicA", 0): 23, ...}``.
+    ``-2`` means earliest and ``-1`` latest (Spark's convention); ``timestamps=True`` parses
+    ``startingOffsetsByTimestamp``, whose values are epoch milliseconds (>= 0).
+    """
+
+    def bad(problem: str) -> OptionError:
+        if timestamps:
+            valid = 'give {"topic": {"0": <epoch millis>, ...}, ...}'
+        else:
+            specials = [s for s, ok in (("-2 = earliest", allow_earliest),
+                                        ("-1 = latest", allow_latest)) if ok]
+            extra = f" ({', '.join(specials)})" if specials else ""
+            valid = f'give {{"topic": {{"0": <offset>{extra}, ...}}, ...}}'
+        return OptionError(f"{family}: option '{option}' {problem}; {valid}", option=option)
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise bad(f"is not valid JSON (at position {e.pos})") from None
+    if not isinstance(obj, dict) or not obj:
+        raise bad("must be a non-empty JSON object of topics")
+    out: dict[TopicPartitionKey, int] = {}
+    for topic, parts in obj.items():
+        if not isinstance(parts, dict) or not parts:
+            raise bad(f"has no partition object for topic {topic!r}")
+        for p, value in parts.items():
+            try:
+                partition = int(p)
+            except ValueError:
+                raise bad(f"has a non-numeric partition {p!r} in topic {topic!r}") from None
+            if partition < 0:
+                raise bad(f"has a negative partition {partition} in topic {topic!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(f"has a non-integer value {value!r} for {topic}-{partition}")
+            if timestamps:
+                if value < 0:
+                    raise bad(f"has a negative timestamp {value} for {topic}-{partition}")
+            elif value == EARLIEST and not allow_earliest:
+                raise bad(f"cannot use -2 (earliest) for {topic}-{partition}")
+            elif value == LATEST and not allow_latest:
+                raise bad(f"cannot use -1 (latest) for {topic}-{partition}")
+            elif value < EARLIEST:
+                raise bad(f"has an invalid offset {value} for {topic}-{partition}")
+            out[(topic, partition)] = value
+    return out
+
+
+# -- ranges --------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """``[start, end)`` of one Kafka partition; the unit a Spark task reads.
+
+    ``new_partition`` marks a partition that first appeared in this window: it starts at
+    offset 0 ("earliest") and offsets below the log start are not data loss for it.
+    """
+
+    cluster: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    new_partition: bool = False
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+    @property
+    def tp(self) -> TP:
+        return (self.cluster, self.topic, self.partition)
+
+    def describe(self) -> str:
+        c = f"{self.cluster}/" if self.cluster else ""
+        return f"{c}{self.topic}-{self.partition} [{self.start}, {self.end})"
+
+
+def plan_ranges(
+    start: Mapping[TP, int],
+    end: Mapping[TP, int],
+    *,
+    fail_on_data_loss: bool,
+) -> list[OffsetRange]:
+    """One range per partition of ``end``, sorted; pure in ``(start, end)``.
+
+    A partition missing from ``start`` is new: it is read from offset 0 (earliest). A
+    partition whose end is below its start lost data (the topic was recreated, or offsets
+    were given beyond the log): an error with ``fail_on_data_loss``, else a warning and the
+    partition is skipped.
+    """
+    ranges: list[OffsetRange] = []
+    for tp in sorted(end):
+        e = end[tp]
+        if tp in start:
+            s, new = start[tp], False
+        else:
+            s, new = 0, True
+        if e < s:
+            report_data_loss(
+                fail_on_data_loss,
+                f"{_tp_name(tp)}: the end offset {e} is below the start offset {s}; "
+                f"offsets [{e}, {s}) are not available (topic recreated or truncated?)",
+            )
+            continue
+        if e > s:
+            ranges.append(OffsetRange(tp[0], tp[1], tp[2], s, e, new))
+    return ranges
+
+
+def split_ranges(
+    ranges: Iterable[OffsetRange],
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[OffsetRange]:
+    """Split Kafka partition ranges into Spark partitions, deterministically.
+
+    - ``min_partitions``: when there are fewer non-empty ranges than this, the extra pieces
+      go to the ranges in proportion to their size (largest remainder, ties broken by
+      topic-partition), so the result has exactly ``min_partitions`` pieces whenever there
+      are at least that many records.
+    - ``max_records_per_partition``: no piece holds more than this many offsets.
+
+    A range cut into ``k`` pieces gets boundaries ``start + size * j // k``. The output is
+    sorted by (cluster, topic, partition, start).
+    """
+    rs = sorted(r for r in ranges if r.size > 0)
+    if not rs:
+        return []
+    pieces = [1] * len(rs)
+    if min_partitions is not None and min_partitions > len(rs):
+        extra = min_partitions - len(rs)
+        capacity = [r.size - 1 for r in rs]  # a range cannot have more pieces than records
+        shares = _largest_remainder(extra, capacity, [r.tp for r in rs])
+        pieces = [1 + s for s in shares]
+    if max_records_per_partition is not None:
+        cap = max_records_per_partition
+        pieces = [max(k, -(-r.size // cap)) for k, r in zip(pieces, rs, strict=True)]
+    out: list[OffsetRange] = []
+    for r, k in zip(rs, pieces, strict=True):
+        bounds = [r.start + (r.size * j) // k for j in range(k + 1)]
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            if b > a:
+                out.append(replace(r, start=a, end=b))
+    return out
+
+
+def _largest_remainder(total: int, weights: list[int], keys: list[Any]) -> list[int]:
+    """Split ``total`` units in proportion to ``weights`` (each share <= its weight)."""
+    weight_sum = sum(weights)
+    if weight_sum <= 0:
+        return [0] * len(weights)
+    total = min(total, weight_sum)
+    floors: list[int] = []
+    rems: list[int] = []
+    for w in weights:
+        q, r = divmod(total * w, weight_sum)
+        floors.append(q)
+        rems.append(r)
+    left = total - sum(floors)
+    order = sorted(range(len(weights)), key=lambda i: (-rems[i], keys[i]))
+    for i in order:
+        if left <= 0:
+            break
+        if floors[i] < weights[i]:
+            floors[i] += 1
+            left -= 1
+    return floors
+
+
+# -- rate limiting -------------------------------------------------------------------------
+def limit_offsets(
+    start: Mapping[TP, int], latest: Mapping[TP, int], max_records: int
+) -> dict[TP, int]:
+    """End offsets that admit at most ``max_records`` records in total.
+
+    The budget is split across partitions in proportion to their backlog
+    (``latest - start``). When the budget allows, every partition with a backlog gets at
+    least one record, so a small partition is not starved by a large one. Partitions of
+    ``latest`` missing from ``start`` count from offset 0. Pure and deterministic.
+    """
+    if max_records < 0:
+        raise ValueError("max_records must be >= 0")
+    tps = sorted(latest)
+    backlog = [max(0, latest[tp] - start.get(tp, 0)) for tp in tps]
+    total = sum(backlog)
+    if total <= max_records:
+        return {tp: latest[tp] for tp in tps}
+    nonempty = [i for i, b in enumerate(backlog) if b > 0]
+    share = [0] * len(tps)
+    if max_records >= len(nonempty):
+        for i in nonempty:
+            share[i] = 1
+        rest = _largest_remainder(
+            max_records - len(nonempty), [max(0, b - 1) for b in backlog], tps
+        )
+        share = [s + r for s, r in zip(share, rest, strict=True)]
+    else:
+        # Fewer records than partitions with data: one each to the largest backlogs.
+        for i in sorted(nonempty, key=lambda i: (-backlog[i], tps[i]))[:max_records]:
+            share[i] = 1
+    out: dict[TP, int] = {}
+    for i, tp in enumerate(tps):
+        s = start.get(tp, 0)
+        out[tp] = s + share[i] if backlog[i] > 0 else latest[tp]
+    return out
+
+
+def clamp_offsets(end: Mapping[TP, int], ceiling: Mapping[TP, int]) -> dict[TP, int]:
+    """``end`` capped by ``ceiling`` (Trigger.AvailableNow's target); drops TPs not in it."""
+    return {tp: min(off, ceiling[tp]) for tp, off in end.items() if tp in ceiling}
+
+
+def total_records(start: Mapping[TP, int], end: Mapping[TP, int]) -> int:
+    """Offsets between ``start`` and ``end`` (an upper bound on the records between them)."""
+    return sum(max(0, e - start.get(tp, 0)) for tp, e in end.items())
+
+
+def records_for_bytes(max_bytes: int, avg_record_bytes: float) -> int:
+    """How many records fit in ``max_bytes``, given an observed average record size."""
+    return max(1, int(max_bytes // max(1.0, avg_record_bytes)))
+
+
+# -- data loss -----------------------------------------------------------------------------
+def report_data_loss(fail: bool, message: str) -> None:
+    """``failOnDataLoss=true``: raise; ``false``: log a warning and go on."""
+    if fail:
+        raise KafkaSourceError(
+            f"eo_kafka: data loss: {message}. Set failOnDataLoss=false to skip lost offsets "
+            "with a warning instead."
+        )
+    log.warning("eo_kafka: data loss (skipped, failOnDataLoss=false): %s", message)
+
+
+def _tp_name(tp: TP) -> str:
+    cluster, topic, partition = tp
+    return f"{cluster + '/' if cluster else ''}{topic}-{partition}"
+
+
+tp_name = _tp_name

@@ -1,0 +1,221 @@
+"""PySpark readers of the ``eo_kafka`` source (DESIGN.md section 5).
+
+- :class:`KafkaStreamReader`: ``spark.readStream.format("eo_kafka")``: micro-batches with
+  admission control (``getDefaultReadLimit``/``latestOffset(start, limit)``),
+  ``Trigger.AvailableNow``, the window WAL and consumer-group commits;
+- :class:`KafkaBatchReader`: ``spark.read.format("eo_kafka")``: a bounded range
+  (``startingOffsets``..``endingOffsets``), or with ``walPath`` the next batch window.
+
+Exactly-once reading: ``partitions(start, end)`` is a pure function of the offsets Spark
+stores in its offset log, so a replayed batch reads the same records into the same Spark
+partitions. Each Spark partition reads one Kafka partition range (or a slice of one, with
+``minPartitions``/``maxRecordsPerPartition``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from connectors.core.options import OptionReader
+from connectors.kafka.consumer import read_range, spark_schema_ddl
+from connectors.kafka.offsets import TP, OffsetRange, clamp_offsets, total_records
+from connectors.kafka.source import KafkaPlanner, KafkaSourceOptions
+
+log = logging.getLogger(__name__)
+
+
+def source_schema(options: dict[str, str]) -> StructType | str:
+    """Spark's Kafka schema, plus ``headers`` (includeHeaders) and ``cluster`` (clusters)."""
+    r = OptionReader(options, family="eo_kafka")
+    include_headers = r.boolean("includeHeaders", False)
+    return spark_schema_ddl(include_headers, r.has("clusters"))
+
+
+def stream_reader(options: dict[str, str], schema: StructType) -> DataSourceStreamReader:
+    return KafkaStreamReader(KafkaSourceOptions.from_options(options), schema)
+
+
+def batch_reader(options: dict[str, str], schema: StructType) -> DataSourceReader:
+    return KafkaBatchReader(KafkaSourceOptions.from_options(options, batch=True), schema)
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark partition: one offset range of one Kafka partition (picklable)."""
+
+    def __init__(self, r: OffsetRange) -> None:
+        super().__init__(r)
+        self.range = r
+
+
+def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    r: OffsetRange = partition.range  # type: ignore[attr-defined]
+    cluster = opts.cluster(r.cluster)
+    return read_range(
+        r,
+        cluster.reader_conf(opts.group_id),
+        include_headers=opts.include_headers,
+        cluster=(cluster.name if opts.multi_cluster else None),
+        fail_on_data_loss=opts.fail_on_data_loss,
+        poll_timeout_s=opts.poll_timeout_s,
+        batch_records=opts.arrow_batch_records,
+    )
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads Kafka topics as micro-batches; exactly-once in combination with Spark's
+    checkpoint (the offset log drives replays) and an exactly-once sink.
+
+    Unit of parallelism: one Spark partition per Kafka partition range per micro-batch
+    (more with minPartitions/maxRecordsPerPartition). The driver-side state (clients, the
+    AvailableNow target, the trigger clock) lives in Spark's long-lived planner process;
+    the object is pickled to executors, where only ``read`` runs.
+    """
+
+    def __init__(self, opts: KafkaSourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.planner = KafkaPlanner(opts)
+        self._latest: dict[TP, int] | None = None
+        self._target: dict[TP, int] | None = None
+        self._last_trigger = time.monotonic()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_latest"] = None
+        return state
+
+    # -- offsets ---------------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, Any]:
+        offsets = self.planner.initial_offsets()
+        log.info("eo_kafka: starting offsets %s", offsets)
+        return self.opts.encode(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.opts
+        if o.max_offsets_per_trigger is not None:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.min_offsets_per_trigger is not None:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = list(self.planner.partitions())
+        self._target = self.planner.latest(tps)
+        log.info("eo_kafka: Trigger.AvailableNow target %s", self._target)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        start_map = self.opts.decode(start)
+        tps = list(self.planner.partitions())
+        latest = self.planner.latest(tps)
+        self._latest = dict(latest)
+        if self._target is not None:
+            # AvailableNow: nothing that arrived after prepareForTriggerAvailableNow, and
+            # partitions gone since then keep their start so the query can finish.
+            latest = clamp_offsets(latest, self._target)
+        max_rows: int | None = None
+        max_bytes: int | None = None
+        min_rows: int | None = None
+        if not isinstance(limit, ReadAllAvailable):
+            # Spark passes one limit; the options may configure several (Spark's
+            # CompositeReadLimit), so all configured ones apply, the given one winning.
+            max_rows = self.opts.max_offsets_per_trigger
+            max_bytes = self.opts.max_bytes_per_trigger
+            min_rows = self.opts.min_offsets_per_trigger
+            if isinstance(limit, ReadMaxRows):
+                max_rows = limit.max_rows
+            elif isinstance(limit, ReadMaxBytes):
+                max_bytes = limit.max_bytes
+            elif isinstance(limit, ReadMinRows):
+                min_rows = limit.min_rows
+        if min_rows is not None and self._target is None:
+            backlog = total_records(start_map, latest)
+            waited = time.monotonic() - self._last_trigger
+            if backlog < min_rows and waited < self.opts.max_trigger_delay_s:
+                log.debug("eo_kafka: %d < minOffsetsPerTrigger=%d, waited %.1fs; no batch",
+                          backlog, min_rows, waited)
+                return start
+        end = self.planner.next_end(
+            start_map, latest=latest, max_records=max_rows, max_bytes=max_bytes
+        )
+        if self._target is not None:
+            for tp, off in start_map.items():
+                end.setdefault(tp, off)
+        if end == start_map:
+            return start
+        self._last_trigger = time.monotonic()
+        return self.opts.encode(end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        if self._latest is None:
+            return None
+        return self.opts.encode(self._latest)
+
+    # -- planning and reading --------------------------------------------------------------
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        ranges = self.planner.ranges(self.opts.decode(start), self.opts.decode(end))
+        window = self.planner.record_window(start, end)
+        log.info("eo_kafka: window %s: %d ranges, %d offsets", window, len(ranges),
+                 sum(r.size for r in ranges))
+        return [KafkaInputPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.planner.commit(end)
+
+    def stop(self) -> None:
+        self.planner.close()
+
+
+class KafkaBatchReader(DataSourceReader):
+    """Reads a bounded range of Kafka topics (``spark.read``).
+
+    Without ``walPath``: ``startingOffsets`` (default earliest) to ``endingOffsets``
+    (default latest). With ``walPath``: the next batch window (the last uncommitted window
+    again, or a new one from the last committed end); ``connectors.KafkaWindows`` commits
+    windows. Unit of parallelism: as the stream reader.
+    """
+
+    def __init__(self, opts: KafkaSourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.planner = KafkaPlanner(opts)
+
+    def _ranges(self) -> list[OffsetRange]:
+        p = self.planner
+        if self.opts.window is not None:
+            w = p.window(self.opts.window)
+            return p.ranges(self.opts.decode(w.start), self.opts.decode(w.end))
+        if self.opts.wal_path is not None:
+            nxt = p.next_window()
+            if nxt is None:
+                return []
+            return p.ranges(self.opts.decode(nxt.start), self.opts.decode(nxt.end))
+        start = p.initial_offsets()
+        end = p.ending_offsets(sorted(start))
+        return p.ranges(start, end)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        try:
+            return [KafkaInputPartition(r) for r in self._ranges()]
+        finally:
+            self.planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return _read(self.opts, partition)
