@@ -207,10 +207,8 @@ def split_ranges(
         return []
     pieces = [1] * len(rs)
     if min_partitions is not None and min_partitions > len(rs):
-        extra = min_partitions - len(rs)
-        capacity = [r.size - 1 for r in rs]  # a range cannot have more pieces than records
-        shares = _largest_remainder(extra, capacity, [r.tp for r in rs])
-        pieces = [1 + s for s in shares]
+        # A range cannot have more pieces than records.
+        pieces = _apportion(min_partitions, [r.size for r in rs], [r.tp for r in rs])
     if max_records_per_partition is not None:
         cap = max_records_per_partition
         pieces = [max(k, -(-r.size // cap)) for k, r in zip(pieces, rs, strict=True)]
@@ -221,6 +219,25 @@ def split_ranges(
             if b > a:
                 out.append(replace(r, start=a, end=b))
     return out
+
+
+def _apportion(total: int, weights: list[int], keys: list[Any]) -> list[int]:
+    """Split ``total`` in proportion to ``weights``, each share <= its weight, and every
+    non-zero weight gets at least 1 while ``total`` allows (a small partition is not
+    starved by a large one). When ``total`` is below the number of non-zero weights, the
+    largest weights get 1 each. Deterministic: ties go by ``keys``."""
+    nonzero = [i for i, w in enumerate(weights) if w > 0]
+    if total < len(nonzero):
+        share = [0] * len(weights)
+        for i in sorted(nonzero, key=lambda i: (-weights[i], keys[i]))[:total]:
+            share[i] = 1
+        return share
+    share = _largest_remainder(total, weights, keys)
+    for i in sorted((i for i in nonzero if share[i] == 0), key=lambda i: keys[i]):
+        donor = max((j for j in nonzero if share[j] > 1), key=lambda j: (share[j], keys[j]))
+        share[donor] -= 1
+        share[i] = 1
+    return share
 
 
 def _largest_remainder(total: int, weights: list[int], keys: list[Any]) -> list[int]:
@@ -264,19 +281,7 @@ def limit_offsets(
     total = sum(backlog)
     if total <= max_records:
         return {tp: latest[tp] for tp in tps}
-    nonempty = [i for i, b in enumerate(backlog) if b > 0]
-    share = [0] * len(tps)
-    if max_records >= len(nonempty):
-        for i in nonempty:
-            share[i] = 1
-        rest = _largest_remainder(
-            max_records - len(nonempty), [max(0, b - 1) for b in backlog], tps
-        )
-        share = [s + r for s, r in zip(share, rest, strict=True)]
-    else:
-        # Fewer records than partitions with data: one each to the largest backlogs.
-        for i in sorted(nonempty, key=lambda i: (-backlog[i], tps[i]))[:max_records]:
-            share[i] = 1
+    share = _apportion(max_records, backlog, tps)
     out: dict[TP, int] = {}
     for i, tp in enumerate(tps):
         s = start.get(tp, 0)
