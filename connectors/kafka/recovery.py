@@ -1,0 +1,365 @@
+"""Recovery keys, started markers, the recovery scan and the dedupe decision (DESIGN.md s. 6).
+
+Recovery key
+    Every record the sink writes carries one header ``eo-rk`` whose value is, big-endian::
+
+        offset  size  field
+        0       1     version (currently 1)
+        1       1     n = length of the sink id in bytes (1..255)
+        2       n     sink id, UTF-8
+        2+n     8     batch id (unsigned)
+        10+n    4     writer partition (unsigned)
+        14+n    8     seq (unsigned): position of the row in its writer partition's
+                      deterministic order, 0-based
+
+    so a sink id of 10 bytes gives a 32-byte header. Everything before ``seq`` is constant
+    for one (sink, batch, writer), so the sink builds it once and appends 8 bytes per record.
+    Consumers that do not care ignore the header; consumers that do can decode it with
+    :func:`decode` to trace a record back to the Spark batch and task that wrote it.
+
+Started marker
+    ``<walPath>/started/<batch:020d>/<writer:05d>.json``, written by the first attempt of a
+    task *before it produces anything*. It holds the high watermark of every target partition
+    and the partition count of every target topic. A later attempt of the same task finds it
+    and scans from those watermarks instead of writing again.
+
+Dedupe decision
+    The producer is idempotent (in-order, gapless within a partition), and rows are produced
+    in seq order, so if the scan finds seq ``s`` of this (sink, batch, writer) in partition
+    ``p``, every row of this writer routed to ``p`` with seq <= s is already there. Those are
+    skipped; the rest are produced. :func:`decide` also checks the seqs found against this
+    attempt's routing, so non-deterministic input fails loudly instead of silently dropping or
+    doubling rows, and a gap left by a failed delivery is filled instead of skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from connectors.core.errors import KafkaSinkError
+from connectors.core.storage import Storage
+
+log = logging.getLogger(__name__)
+
+HEADER = "eo-rk"
+VERSION = 1
+MAX_SINK_ID_BYTES = 255
+_TAIL = struct.Struct(">QIQ")  # batch id, writer, seq
+_SEQ = struct.Struct(">Q")
+_BATCH_WRITER = struct.Struct(">QI")
+
+
+class RecoveryKeyError(ValueError):
+    """A header value is not a recovery key this version of the sink can read."""
+
+
+class RecoveryKey(NamedTuple):
+    sink_id: str
+    batch_id: int
+    writer: int
+    seq: int
+
+
+def _sink_bytes(sink_id: str) -> bytes:
+    raw = sink_id.encode("utf-8")
+    if not 1 <= len(raw) <= MAX_SINK_ID_BYTES:
+        raise KafkaSinkError(
+            f"eo_kafka: sink_id {sink_id!r} is {len(raw)} bytes in UTF-8; a recovery key holds "
+            f"1..{MAX_SINK_ID_BYTES} bytes, choose a shorter stable name"
+        )
+    return raw
+
+
+def key_prefix(sink_id: str, batch_id: int, writer: int) -> bytes:
+    """Everything of the header value except the trailing 8-byte seq."""
+    raw = _sink_bytes(sink_id)
+    return bytes((VERSION, len(raw))) + raw + _BATCH_WRITER.pack(batch_id, writer)
+
+
+def encode(key: RecoveryKey) -> bytes:
+    return key_prefix(key.sink_id, key.batch_id, key.writer) + _SEQ.pack(key.seq)
+
+
+def decode(value: bytes | None) -> RecoveryKey:
+    """Parse an ``eo-rk`` header value; :class:`RecoveryKeyError` for anything foreign."""
+    if not value:
+        raise RecoveryKeyError("empty eo-rk header value")
+    if value[0] != VERSION:
+        raise RecoveryKeyError(
+            f"eo-rk version {value[0]} is not supported (this sink reads version {VERSION})"
+        )
+    if len(value) < 2:
+        raise RecoveryKeyError("truncated eo-rk header value")
+    n = value[1]
+    if n == 0 or len(value) != 2 + n + _TAIL.size:
+        raise RecoveryKeyError(
+            f"eo-rk header value has {len(value)} bytes; version {VERSION} with a {n}-byte sink "
+            f"id needs {2 + n + _TAIL.size}"
+        )
+    try:
+        sink_id = value[2 : 2 + n].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RecoveryKeyError("eo-rk sink id is not UTF-8") from e
+    batch_id, writer, seq = _TAIL.unpack_from(value, 2 + n)
+    return RecoveryKey(sink_id, batch_id, writer, seq)
+
+
+def find_key(headers: Iterable[tuple[str, bytes | None]] | None) -> RecoveryKey | None:
+    """The recovery key among a record's headers, or None (foreign or absent)."""
+    for name, value in headers or ():
+        if name == HEADER:
+            try:
+                return decode(value)
+            except RecoveryKeyError:
+                return None
+    return None
+
+
+# -- started markers -------------------------------------------------------------------------
+@dataclass
+class StartedMarker:
+    """What the first attempt of task (batch, writer) knew before producing.
+
+    ``watermarks`` are ListOffsets "latest" answers. A broker that under-reports them (the
+    embedded test broker answers the last batch's base offset + 1) only makes the scan read
+    a little more: it never starts *after* a record this task wrote, which is all that counts.
+    """
+
+    sink_id: str
+    batch_id: int
+    writer: int
+    partition_counts: dict[str, int]
+    watermarks: dict[str, dict[str, int]]
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "sink_id": self.sink_id,
+                "batch_id": self.batch_id,
+                "writer": self.writer,
+                "partition_counts": self.partition_counts,
+                "watermarks": self.watermarks,
+                "created_ms": self.created_ms,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StartedMarker:
+        d = json.loads(data)
+        return cls(
+            sink_id=d["sink_id"],
+            batch_id=int(d["batch_id"]),
+            writer=int(d["writer"]),
+            partition_counts={t: int(c) for t, c in d["partition_counts"].items()},
+            watermarks={
+                t: {str(p): int(o) for p, o in parts.items()}
+                for t, parts in d["watermarks"].items()
+            },
+            created_ms=int(d.get("created_ms", 0)),
+        )
+
+    def start_offsets(self) -> dict[tuple[str, int], int]:
+        return {(t, int(p)): o for t, parts in self.watermarks.items() for p, o in parts.items()}
+
+
+class MarkerStore:
+    """``<walPath>/started/<batch>/<writer>.json`` on any :class:`Storage`."""
+
+    def __init__(self, storage: Storage, root: str) -> None:
+        self.storage = storage
+        self.dir = storage.join(root, "started")
+
+    def _batch_dir(self, batch_id: int) -> str:
+        return self.storage.join(self.dir, f"{batch_id:020d}")
+
+    def path(self, batch_id: int, writer: int) -> str:
+        return self.storage.join(self._batch_dir(batch_id), f"{writer:05d}.json")
+
+    def get(self, batch_id: int, writer: int) -> StartedMarker | None:
+        path = self.path(batch_id, writer)
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            if not self.storage.exists(path):
+                return None
+            raise KafkaSinkError(f"eo_kafka: cannot read started marker {path}: {e}") from e
+        return StartedMarker.from_json(data)
+
+    def put(self, marker: StartedMarker) -> None:
+        self.storage.write_atomic(self.path(marker.batch_id, marker.writer), marker.to_json())
+
+    def batches(self) -> list[int]:
+        return sorted(int(n) for n in self.storage.list(self.dir) if n.isdigit())
+
+    def purge(self, up_to_batch: int) -> int:
+        """Delete the markers of every batch <= ``up_to_batch`` (all committed)."""
+        deleted = 0
+        for b in self.batches():
+            if b <= up_to_batch and self.storage.delete(self._batch_dir(b), recursive=True):
+                deleted += 1
+        return deleted
+
+
+# -- the scan --------------------------------------------------------------------------------
+@dataclass
+class ScanResult:
+    """Seqs of this (sink, batch, writer) found per target partition, and the scan's cost."""
+
+    seqs: dict[tuple[str, int], list[int]]
+    records_read: int
+    seconds: float
+
+    def max_seq(self) -> dict[tuple[str, int], int]:
+        return {tp: max(s) for tp, s in self.seqs.items() if s}
+
+
+def scan(
+    consumer: Any,
+    prefix: bytes,
+    start: Mapping[tuple[str, int], int],
+    stop_at_least: Mapping[tuple[str, int], int],
+    timeout: float,
+) -> ScanResult:
+    """Read every partition of ``start`` from its offset to partition EOF, collecting seqs.
+
+    ``consumer`` is a confluent-kafka Consumer with ``enable.partition.eof=true``. A
+    partition is done at an EOF whose offset is >= ``stop_at_least`` (the high watermark
+    taken when the scan began): under ``read_committed`` EOF comes at the last stable
+    offset, which another writer's open transaction can hold back below records this task
+    committed earlier, so EOF alone is not enough there. We read to EOF rather than to a
+    ListOffsets mark because some brokers under-report "latest" (the embedded test broker).
+    """
+    from confluent_kafka import KafkaError, TopicPartition
+
+    began = time.perf_counter()
+    seqs: dict[tuple[str, int], list[int]] = {tp: [] for tp in start}
+    if not start:
+        return ScanResult(seqs, 0, 0.0)
+    consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+    pending = set(start)
+    size = len(prefix) + _SEQ.size
+    unpack_seq = _SEQ.unpack_from
+    read = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while pending:
+            if time.monotonic() > deadline:
+                raise KafkaSinkError(
+                    f"eo_kafka: recovery scan did not reach the end of {sorted(pending)} within "
+                    f"{timeout:.0f}s ({read} records read); the broker is slow or a transaction "
+                    "stays open; raise option 'scanTimeout' or check the broker"
+                )
+            # Drain what is already fetched without waiting; block (briefly) only when
+            # nothing is: consume(n, timeout) would otherwise wait out the timeout whenever
+            # fewer than n records are available.
+            batch = consumer.consume(10000, 0) or consumer.consume(1, 0.5)
+            for m in batch:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        tp = (m.topic(), m.partition())
+                        if m.offset() >= stop_at_least.get(tp, 0):
+                            pending.discard(tp)
+                        continue
+                    raise KafkaSinkError(
+                        f"eo_kafka: recovery scan of {m.topic()}[{m.partition()}] failed: {err}"
+                    ) from None
+                read += 1
+                headers = m.headers()
+                if not headers:
+                    continue
+                for name, value in headers:
+                    if name == HEADER and value is not None and len(value) == size:
+                        if value.startswith(prefix):
+                            seqs[(m.topic(), m.partition())].append(
+                                unpack_seq(value, size - _SEQ.size)[0]
+                            )
+                        break
+    finally:
+        consumer.unassign()
+    return ScanResult(seqs, read, time.perf_counter() - began)
+
+
+# -- the dedupe decision ---------------------------------------------------------------------
+def skip_mask(
+    seqs: np.ndarray, targets: np.ndarray, present_max: Mapping[int, int]
+) -> np.ndarray:
+    """True for every row already written: ``seq <= max seq present in its target``.
+
+    ``targets`` holds a small integer id per row (one id per target topic-partition) and
+    ``present_max`` maps such an id to the max seq the scan found there; ids absent from it
+    had nothing written.
+    """
+    if not present_max or len(seqs) == 0:
+        return np.zeros(len(seqs), dtype=bool)
+    size = max(int(targets.max()), max(present_max)) + 1
+    limit = np.full(size, -1, dtype=np.int64)
+    for target, seq in present_max.items():
+        limit[target] = seq
+    return seqs.astype(np.int64) <= limit[targets]
+
+
+def decide(
+    seqs: np.ndarray,
+    targets: np.ndarray,
+    present: Mapping[int, Iterable[int]],
+    names: Mapping[int, str],
+) -> np.ndarray:
+    """The dedupe decision of a retry: which rows (True) are already written.
+
+    The rule is DESIGN.md's: rows at or below the max seq present in their target partition
+    are skipped. Two checks keep it honest:
+
+    - a seq found in partition p that this attempt does not route to p means the batch's
+      input differs from the attempt that wrote it (non-deterministic input, or
+      ``deterministicOrder=true`` on input whose order is not stable). Skipping by max seq
+      would then drop or double rows, so this raises :class:`KafkaSinkError`;
+    - a seq of ours *missing* below the max (a gap) can only follow a failed delivery, for
+      example a ``message.timeout.ms`` expiry, after which librdkafka's idempotent producer
+      may continue with a new epoch. Those rows are produced again rather than lost, with a
+      warning.
+    """
+    present_max: dict[int, int] = {}
+    found_by_target: dict[int, np.ndarray] = {}
+    for target, found in present.items():
+        got = np.unique(np.fromiter(found, dtype=np.int64))
+        if len(got):
+            present_max[target] = int(got[-1])
+            found_by_target[target] = got
+    skip = skip_mask(seqs, targets, present_max)
+    for target, got in found_by_target.items():
+        in_target = targets == target
+        mine = seqs[in_target].astype(np.int64)
+        foreign = np.setdiff1d(got, mine)
+        if len(foreign):
+            raise KafkaSinkError(
+                f"eo_kafka: recovery scan of {names.get(target, target)} found {len(foreign)} "
+                f"records of this task that this attempt does not route there (seqs "
+                f"{foreign[:5].tolist()}, max seq found {int(got[-1])}). The batch's input is "
+                "not the same on replay: make it deterministic, or leave "
+                "deterministicOrder=false so rows are sorted before numbering; refusing to "
+                "guess which rows are written"
+            )
+        expected = mine[mine <= got[-1]]
+        if len(expected) != len(got):
+            gap = np.setdiff1d(expected, got)
+            log.warning(
+                "eo_kafka: %s holds %d of this task's rows up to seq %d but misses %d below it "
+                "(a failed delivery left a gap, e.g. seqs %s); producing those again",
+                names.get(target, target), len(got), int(got[-1]), len(gap), gap[:5].tolist(),
+            )
+            rows = np.nonzero(in_target)[0]
+            skip[rows[np.isin(mine, gap)]] = False
+    return skip
