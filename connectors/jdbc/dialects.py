@@ -136,7 +136,9 @@ def column_spec(name: str, column: str, arrow_t: pa.DataType,
     except Exception:  # noqa: BLE001 - an exotic type without a compiler: show its class
         shown = type(sql_t).__name__
     category = sql_category(sql_t)
-    bits = _int_bits(sql_t) if category == "int" and dialect.name != "sqlite" else None
+    bits = _int_bits(sql_t) if category == "int" else None
+    if dialect.name == "sqlite" and bits == 32:
+        bits = None  # SQLite's INTEGER is 64-bit; a declared SMALLINT is still honoured
     length = getattr(sql_t, "length", None) if category == "string" else None
     return ColumnSpec(name, column, str(arrow_t), shown, category, bits,
                       length if isinstance(length, int) else None)
@@ -235,10 +237,11 @@ def normalize_url(raw: str) -> sa.URL:
             f"{_SUPPORTED}",
             option="url",
         ) from None
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "postgresql" and driver in ("psycopg2", "", None):
+    backend = url.get_backend_name()
+    explicit_driver = "+" in url.drivername
+    if backend == "postgresql" and not explicit_driver:
         url = url.set(drivername="postgresql+psycopg")
-    elif backend in ("mysql", "mariadb") and driver in ("mysqldb", "", None):
+    elif backend in ("mysql", "mariadb") and not explicit_driver:
         url = url.set(drivername=f"{backend}+pymysql")
     elif backend not in ("postgresql", "sqlite", "mysql", "mariadb"):
         raise OptionError(
@@ -350,7 +353,8 @@ class Dialect:
         new = self.excluded(ins)
         updates: dict[str, Any] = {o: new[o] for o in others}
         for a in accumulate:
-            updates[a] = sa.func.coalesce(target.c[a], 0) + sa.func.coalesce(new[a], 0)
+            zero = sa.literal_column("0")
+            updates[a] = sa.func.coalesce(target.c[a], zero) + sa.func.coalesce(new[a], zero)
         conn.execute(self.on_conflict(ins, target, keys, updates))
 
     # -- staging --------------------------------------------------------------------------

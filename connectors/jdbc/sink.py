@@ -802,16 +802,25 @@ class JdbcSink(BatchSink):
 
 
 def _planned_partitions(df: Any) -> int:
-    """The number of partitions ``df`` will have, without running it. Under adaptive
-    execution ``df.rdd.getNumPartitions()`` would execute the shuffle stages; the planned
-    number is an upper bound (AQE only coalesces), which keeps the driver's share small."""
+    """The number of partitions ``df`` will have, without running it.
+
+    Under adaptive execution ``df.rdd.getNumPartitions()`` *executes* the shuffle stages
+    (measured: it ran a job), and the adaptive plan's own partitioning is unknown until
+    then; the plan AQE starts from gives an upper bound (AQE only coalesces), which is what
+    keeps the driver's share of a batch under ``smallBatchRows``.
+    """
     try:
-        return max(1, int(df._jdf.queryExecution().executedPlan().outputPartitioning()
-                          .numPartitions()))
-    except Exception:  # noqa: BLE001 - Spark Connect or a plan without a known partitioning
-        conf = df.sparkSession.conf
-        return max(1, int(conf.get("spark.sql.shuffle.partitions", "200")),
-                   df.sparkSession.sparkContext.defaultParallelism)
+        plan = df._jdf.queryExecution().executedPlan()
+        if plan.nodeName() == "AdaptiveSparkPlan":
+            plan = plan.inputPlan()
+        n = int(plan.outputPartitioning().numPartitions())
+        if n >= 1:
+            return n
+    except Exception:  # noqa: BLE001 - Spark Connect or an unexpected plan: be conservative
+        log.debug("could not read the planned partition count", exc_info=True)
+    session = df.sparkSession
+    return max(1, int(session.conf.get("spark.sql.shuffle.partitions", "200")),
+               session.sparkContext.defaultParallelism)
 
 
 def _csv(value: Sequence[str] | str | None) -> str | None:
