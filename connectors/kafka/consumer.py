@@ -149,6 +149,16 @@ def _read(
         while True:
             msgs = consumer.consume(batch_records, 1.0)
             if not msgs:
+                # Brokers differ on a fetch outside the log: Kafka answers
+                # OFFSET_OUT_OF_RANGE (handled below), others just return nothing. So a
+                # stall checks the watermarks itself.
+                jump = _stalled(consumer, r, position, fail_on_data_loss, poll_timeout_s)
+                if jump is not None:
+                    position = jump
+                    if position >= end:
+                        return
+                    consumer.assign([TopicPartition(topic, partition, position)])
+                    continue
                 if time.monotonic() > deadline:
                     raise KafkaSourceError(
                         f"eo_kafka: reading {r.describe()} made no progress for "
@@ -203,6 +213,21 @@ def _read(
             consumer.unassign()
         except Exception:  # noqa: BLE001, S110 - the consumer is dropped on error anyway
             pass
+
+
+def _stalled(
+    consumer: Any, r: OffsetRange, position: int, fail_on_data_loss: bool, timeout: float
+) -> int | None:
+    """No records came: the new position if ``position`` is outside the log, else None."""
+    from confluent_kafka import TopicPartition
+
+    low, high = consumer.get_watermark_offsets(
+        TopicPartition(r.topic, r.partition), timeout=timeout, cached=False
+    )
+    if position < low or position > high:
+        return _out_of_range(consumer, r, position, "no records at this offset",
+                             fail_on_data_loss, timeout)
+    return None
 
 
 def _out_of_range(

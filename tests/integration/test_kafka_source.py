@@ -1,0 +1,321 @@
+"""The eo_kafka source against a real broker and real Spark (DESIGN.md section 5).
+
+Test data is produced with ``produce_exact`` so that ListOffsets on the embedded broker
+(tansu) reports true end offsets: tansu answers "latest" with the base offset of the
+partition's last record batch + 1, and ``produce_exact`` ends every partition with a
+single-record batch. The product's defaults are not changed for this broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+from connectors.core.errors import KafkaSourceError
+from connectors.embedded import create_topic, produce_exact
+from connectors.kafka.consumer import read_range
+from connectors.kafka.offsets import OffsetRange
+from tests.conftest import wait_for
+from tests.helpers import assert_exact
+
+
+def _records(n: int, partitions: int, prefix: str = "") -> list[tuple[bytes, bytes, int]]:
+    return [(f"{prefix}k{i}".encode(), f"{prefix}v{i}".encode(), i % partitions)
+            for i in range(n)]
+
+
+def _group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(30).topic_partitions}
+
+
+def _stream(spark: Any, bootstrap: str, **options: Any) -> Any:
+    reader = spark.readStream.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def _run_available_now(df: Any, tmp_path: Any) -> tuple[str, Any]:
+    name = f"m_{uuid.uuid4().hex[:8]}"
+    q = (
+        df.writeStream.format("memory").queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"chk-{name}"))
+        .trigger(availableNow=True).start()
+    )
+    q.awaitTermination(180)
+    if q.exception() is not None:
+        raise AssertionError(f"query failed: {q.exception()}")
+    return name, q
+
+
+# -- batch reads --------------------------------------------------------------------------------
+def test_batch_read_schema_rows_and_ending_offsets(spark: Any, kafka_bootstrap: str,
+                                                    new_topic: Any) -> None:
+    topic = new_topic(partitions=3)
+    produce_exact(kafka_bootstrap, topic, _records(300, 3))
+    df = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+          .option("subscribe", topic).load())
+    assert [f.name for f in df.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int>")
+    rows = df.collect()
+    assert_exact([(r.key, r.value, r.partition) for r in rows],
+                 [(k, v, p) for k, v, p in _records(300, 3)])
+    assert {r.timestampType for r in rows} == {0}  # CreateTime, as Spark reports it
+    assert {r.topic for r in rows} == {topic}
+
+    bounded = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+               .option("subscribe", topic)
+               .option("startingOffsets", json.dumps({topic: {"0": 10, "1": -2, "2": -1}}))
+               .option("endingOffsets", json.dumps({topic: {"0": 20, "1": 5, "2": -1}}))
+               .load().collect())
+    assert sorted((r.partition, r.offset) for r in bounded) == (
+        [(0, o) for o in range(10, 20)] + [(1, o) for o in range(5)])
+
+
+def test_min_partitions_splits_kafka_partitions(spark: Any, kafka_bootstrap: str,
+                                                new_topic: Any) -> None:
+    topic = new_topic(partitions=2)
+    produce_exact(kafka_bootstrap, topic, _records(2000, 2))
+    base = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("subscribe", topic))
+    plain = base.load()
+    split = base.option("minPartitions", "8").load()
+    assert plain.rdd.getNumPartitions() == 2
+    assert split.rdd.getNumPartitions() == 8
+    rows = [(r.partition, r.offset) for r in split.select("partition", "offset").collect()]
+    assert_exact(rows, [(p, o) for p in range(2) for o in range(1000)])
+    capped = base.option("maxRecordsPerPartition", "300").load()
+    assert capped.rdd.getNumPartitions() == 8  # ceil(1000 / 300) = 4 per Kafka partition
+    assert capped.count() == 2000
+
+
+def test_headers_are_read_when_asked(spark: Any, kafka_bootstrap: str, new_topic: Any) -> None:
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=1)
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(topic, value=b"a", key=b"k", headers=[("h1", b"x"), ("h2", None)], partition=0)
+    p.flush(30)
+    p.produce(topic, value=b"b", partition=0)
+    p.flush(30)
+    df = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+          .option("subscribe", topic).option("includeHeaders", "true").load())
+    assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    rows = sorted(df.collect(), key=lambda r: r.offset)
+    assert [(h.key, h.value) for h in rows[0].headers] == [("h1", b"x"), ("h2", None)]
+    assert rows[1].headers is None
+    assert rows[1].key is None and rows[1].value == b"b"
+
+
+def test_multi_cluster_source_has_cluster_column(spark: Any, kafka_bootstrap: str,
+                                                 broker_factory: Any, tmp_path: Any) -> None:
+    other = broker_factory()
+    t1, t2 = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_bootstrap, t1, 2)
+    create_topic(other, t2, 1)
+    produce_exact(kafka_bootstrap, t1, _records(100, 2, "a"))
+    produce_exact(other, t2, _records(50, 1, "b"))
+    clusters = [
+        {"name": "main", "bootstrap": kafka_bootstrap, "subscribe": t1},
+        {"name": "other", "bootstrap": other, "assign": {t2: [0]}},
+    ]
+    df = (spark.readStream.format("eo_kafka").option("clusters", json.dumps(clusters))
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "60").load())
+    assert df.schema.fieldNames()[-1] == "cluster"
+    name, q = _run_available_now(df, tmp_path)
+    rows = spark.sql(f"select cluster, topic, partition, offset from {name}").collect()
+    expected = [("main", t1, p, o) for p in range(2) for o in range(50)]
+    expected += [("other", t2, 0, o) for o in range(50)]
+    assert_exact([tuple(r) for r in rows], expected)
+    assert all(p["numInputRows"] <= 60 for p in q.recentProgress)
+    end = q.lastProgress["sources"][0]["endOffset"]
+    end = json.loads(end) if isinstance(end, str) else end
+    assert end == {"main": {t1: {"0": 50, "1": 50}}, "other": {t2: {"0": 50}}}
+
+
+# -- streaming --------------------------------------------------------------------------------------
+def test_max_offsets_per_trigger_wal_and_group_commit(spark: Any, kafka_bootstrap: str,
+                                                      new_topic: Any, tmp_path: Any) -> None:
+    topic = new_topic(partitions=3)
+    produce_exact(kafka_bootstrap, topic, _records(10_000, 3))
+    wal = str(tmp_path / "wal")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    df = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="earliest",
+                 maxOffsetsPerTrigger=1000, walPath=wal, **{"kafka.group.id": group})
+    name, q = _run_available_now(df, tmp_path)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 10_000 and max(sizes) <= 1000 and len(sizes) >= 10
+    rows = spark.sql(f"select partition, offset from {name}").collect()
+    assert_exact([tuple(r) for r in rows], [(p, o) for p in range(3) for o in range(3334 - (p > 0))])
+    # reportLatestOffset: query progress shows the latest offsets.
+    latest = q.lastProgress["sources"][0]["latestOffset"]
+    latest = json.loads(latest) if isinstance(latest, str) else latest
+    assert latest == {topic: {"0": 3334, "1": 3333, "2": 3333}}
+
+    from connectors.core.wal import WriteAheadLog
+
+    log = WriteAheadLog.open(wal, "source")
+    seqs = log.seqs()
+    assert seqs == list(range(len(sizes)))  # one WAL window per micro-batch, ids 0..n-1
+    last_committed = log.last_committed()
+    assert last_committed is not None and last_committed >= len(sizes) - 2
+    end = log.get(last_committed)["end"]
+    assert _group_offsets(kafka_bootstrap, group) == {
+        (topic, int(p)): off for p, off in end[topic].items()}
+
+
+def test_new_topics_matching_pattern_join_at_earliest(spark: Any, kafka_bootstrap: str,
+                                                      tmp_path: Any) -> None:
+    # tansu has no CreatePartitions: a new topic matching subscribePattern is how new
+    # partitions appear here.
+    prefix = f"pat{uuid.uuid4().hex[:8]}"
+    first = f"{prefix}-a"
+    create_topic(kafka_bootstrap, first, 1)
+    produce_exact(kafka_bootstrap, first, _records(10, 1))
+    name = f"m_{uuid.uuid4().hex[:8]}"
+    df = _stream(spark, kafka_bootstrap, subscribePattern=f"{prefix}-.*",
+                 startingOffsets="latest")
+    q = (df.writeStream.format("memory").queryName(name)
+         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    try:
+        q.processAllAvailable()
+        produce_exact(kafka_bootstrap, first, _records(5, 1, "late"))
+        second = f"{prefix}-b"
+        create_topic(kafka_bootstrap, second, 2)
+        produce_exact(kafka_bootstrap, second, _records(20, 2))
+        wait_for(lambda: spark.sql(f"select * from {name}").count() == 25, 120,
+                 what="new topic's records")
+    finally:
+        q.stop()
+    rows = spark.sql(f"select topic, partition, offset from {name}").collect()
+    expected = [(first, 0, o) for o in range(10, 15)]
+    expected += [(second, p, o) for p in range(2) for o in range(10)]
+    assert_exact([tuple(r) for r in rows], expected)
+
+
+def test_starting_offsets_group_resumes_from_committed(spark: Any, kafka_bootstrap: str,
+                                                       new_topic: Any, tmp_path: Any) -> None:
+    topic = new_topic(partitions=2)
+    produce_exact(kafka_bootstrap, topic, _records(100, 2))
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    # No commit in the group yet: 'group' starts at earliest.
+    df = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="group",
+                 maxOffsetsPerTrigger=40, **{"kafka.group.id": group})
+    name, _ = _run_available_now(df, tmp_path)
+    assert spark.sql(f"select * from {name}").count() == 100
+    # The last batch is committed to the source only when the next one is planned, so
+    # the group holds some batch's end; a fresh query resumes exactly there.
+    committed = _group_offsets(kafka_bootstrap, group)
+    assert committed and all(0 < off <= 50 for off in committed.values())
+    df2 = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="group",
+                  **{"kafka.group.id": group})
+    name2, _ = _run_available_now(df2, tmp_path)
+    rows = spark.sql(f"select partition, offset from {name2}").collect()
+    assert_exact([tuple(r) for r in rows],
+                 [(p, o) for p in range(2) for o in range(committed[(topic, p)], 50)])
+
+
+# -- data loss ----------------------------------------------------------------------------------
+def test_offsets_beyond_the_log_fail_or_are_skipped(spark: Any, kafka_bootstrap: str,
+                                                   new_topic: Any) -> None:
+    topic = new_topic(partitions=2)
+    produce_exact(kafka_bootstrap, topic, _records(20, 2))
+    start = json.dumps({topic: {"0": 500, "1": 0}})  # partition 0 has only 10 offsets
+
+    def read(fail: str) -> Any:
+        return (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+                .option("subscribe", topic).option("startingOffsets", start)
+                .option("failOnDataLoss", fail).load())
+
+    with pytest.raises(Exception, match="data loss") as e:
+        read("true").collect()
+    assert f"{topic}-0" in str(e.value)
+    rows = read("false").collect()
+    assert_exact([(r.partition, r.offset) for r in rows], [(1, o) for o in range(10)])
+
+
+def test_range_reader_detects_deleted_offsets(kafka_bootstrap: str, new_topic: Any,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The executor-side check: a range outside the log (as after retention or a topic
+    recreated under the source) raises, or is skipped with a warning."""
+    topic = new_topic(partitions=1)
+    produce_exact(kafka_bootstrap, topic, _records(10, 1))
+    conf = {"bootstrap.servers": kafka_bootstrap, "group.id": "t", "enable.partition.eof": "true",
+            "auto.offset.reset": "error", "enable.auto.commit": "false"}
+    gone = OffsetRange("", topic, 0, 50, 60)
+    with pytest.raises(KafkaSourceError, match=rf"{topic}-0.*beyond the end of the log"):
+        list(read_range(gone, conf, fail_on_data_loss=True, poll_timeout_s=20))
+    assert list(read_range(gone, conf, fail_on_data_loss=False, poll_timeout_s=20)) == []
+    assert "data loss" in caplog.text
+    ok = list(read_range(OffsetRange("", topic, 0, 3, 10), conf, poll_timeout_s=20))
+    assert sum(b.num_rows for b in ok) == 7
+
+
+# -- batch windows --------------------------------------------------------------------------------
+def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: str,
+                                                 new_topic: Any, tmp_path: Any) -> None:
+    from connectors import KafkaWindows
+
+    topic = new_topic(partitions=2)
+    produce_exact(kafka_bootstrap, topic, _records(100, 2))
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    opts = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
+            "kafka.group.id": group, "minPartitions": 3}
+    wal = str(tmp_path / "wal")
+
+    def rows(df: Any) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r) for r in df.select("partition", "offset", "value").collect())
+
+    w0 = KafkaWindows(spark, walPath=wal, **opts).next()
+    assert w0 is not None and w0.window_id == 0
+    first = rows(w0.df)
+    assert len(first) == 100
+    # More data arrives; the window was not committed (the job "crashed").
+    produce_exact(kafka_bootstrap, topic, _records(40, 2, "more"))
+    again = KafkaWindows(spark, walPath=wal, **opts).next()
+    assert again is not None and again.window_id == 0 and again.end == w0.end
+    assert rows(again.df) == first  # identical ranges, identical rows
+    assert again.df.rdd.getNumPartitions() == 3
+
+    windows = KafkaWindows(spark, walPath=wal, **opts)
+    with windows.next() as (window_id, df):  # type: ignore[union-attr]
+        assert window_id == 0 and rows(df) == first
+    assert windows.last_committed() == 0
+    assert _group_offsets(kafka_bootstrap, group) == {(topic, 0): 50, (topic, 1): 50}
+    # After the commit the old DataFrame still reads its own window, not the next one.
+    assert rows(df) == first
+
+    with pytest.raises(RuntimeError):
+        with windows.next() as w1:  # type: ignore[union-attr]
+            assert w1.window_id == 1
+            assert sorted(r[1] for r in rows(w1.df)) == sorted(list(range(50, 70)) * 2)
+            raise RuntimeError("sink failed")
+    w1b = windows.next()
+    assert w1b is not None and w1b.window_id == 1  # replayed, not skipped
+    w1b.commit()
+    assert windows.next() is None  # nothing new
+    assert _group_offsets(kafka_bootstrap, group) == {(topic, 0): 70, (topic, 1): 70}
+
+
+def test_plain_batch_read_with_wal_path_gives_next_window(spark: Any, kafka_bootstrap: str,
+                                                          new_topic: Any, tmp_path: Any) -> None:
+    topic = new_topic(partitions=1)
+    produce_exact(kafka_bootstrap, topic, _records(10, 1))
+    wal = str(tmp_path / "wal")
+    read = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("subscribe", topic).option("walPath", wal))
+    assert read.load().count() == 10
+    assert read.load().count() == 10  # uncommitted: the same window again
+    assert os.path.exists(os.path.join(wal, "source", f"{0:020d}.json"))
