@@ -112,7 +112,8 @@ def test_headers_are_read_when_asked(spark: Any, kafka_bootstrap: str, new_topic
     p.flush(30)
     df = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
           .option("subscribe", topic).option("includeHeaders", "true").load())
-    assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    headers_type = df.schema["headers"].dataType.simpleString()
+    assert headers_type == "array<struct<key:string,value:binary>>"
     rows = sorted(df.collect(), key=lambda r: r.offset)
     assert [(h.key, h.value) for h in rows[0].headers] == [("h1", b"x"), ("h2", None)]
     assert rows[1].headers is None
@@ -135,7 +136,7 @@ def test_multi_cluster_source_has_cluster_column(spark: Any, kafka_bootstrap: st
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "60").load())
     assert df.schema.fieldNames()[-1] == "cluster"
     name, q = _run_available_now(df, tmp_path)
-    rows = spark.sql(f"select cluster, topic, partition, offset from {name}").collect()
+    rows = spark.table(name).select("cluster", "topic", "partition", "offset").collect()
     expected = [("main", t1, p, o) for p in range(2) for o in range(50)]
     expected += [("other", t2, 0, o) for o in range(50)]
     assert_exact([tuple(r) for r in rows], expected)
@@ -145,7 +146,7 @@ def test_multi_cluster_source_has_cluster_column(spark: Any, kafka_bootstrap: st
     assert end == {"main": {t1: {"0": 50, "1": 50}}, "other": {t2: {"0": 50}}}
 
 
-# -- streaming --------------------------------------------------------------------------------------
+# -- streaming ---------------------------------------------------------------------
 def test_max_offsets_per_trigger_wal_and_group_commit(spark: Any, kafka_bootstrap: str,
                                                       new_topic: Any, tmp_path: Any) -> None:
     topic = new_topic(partitions=3)
@@ -157,8 +158,9 @@ def test_max_offsets_per_trigger_wal_and_group_commit(spark: Any, kafka_bootstra
     name, q = _run_available_now(df, tmp_path)
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 10_000 and max(sizes) <= 1000 and len(sizes) >= 10
-    rows = spark.sql(f"select partition, offset from {name}").collect()
-    assert_exact([tuple(r) for r in rows], [(p, o) for p in range(3) for o in range(3334 - (p > 0))])
+    rows = spark.table(name).select("partition", "offset").collect()
+    expected = [(p, o) for p in range(3) for o in range(3334 - (p > 0))]
+    assert_exact([tuple(r) for r in rows], expected)
     # reportLatestOffset: query progress shows the latest offsets.
     latest = q.lastProgress["sources"][0]["latestOffset"]
     latest = json.loads(latest) if isinstance(latest, str) else latest
@@ -195,11 +197,11 @@ def test_new_topics_matching_pattern_join_at_earliest(spark: Any, kafka_bootstra
         second = f"{prefix}-b"
         create_topic(kafka_bootstrap, second, 2)
         produce_exact(kafka_bootstrap, second, _records(20, 2))
-        wait_for(lambda: spark.sql(f"select * from {name}").count() == 25, 120,
+        wait_for(lambda: spark.table(name).count() == 25, 120,
                  what="new topic's records")
     finally:
         q.stop()
-    rows = spark.sql(f"select topic, partition, offset from {name}").collect()
+    rows = spark.table(name).select("topic", "partition", "offset").collect()
     expected = [(first, 0, o) for o in range(10, 15)]
     expected += [(second, p, o) for p in range(2) for o in range(10)]
     assert_exact([tuple(r) for r in rows], expected)
@@ -214,7 +216,7 @@ def test_starting_offsets_group_resumes_from_committed(spark: Any, kafka_bootstr
     df = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="group",
                  maxOffsetsPerTrigger=40, **{"kafka.group.id": group})
     name, _ = _run_available_now(df, tmp_path)
-    assert spark.sql(f"select * from {name}").count() == 100
+    assert spark.table(name).count() == 100
     # The last batch is committed to the source only when the next one is planned, so
     # the group holds some batch's end; a fresh query resumes exactly there.
     committed = _group_offsets(kafka_bootstrap, group)
@@ -222,12 +224,12 @@ def test_starting_offsets_group_resumes_from_committed(spark: Any, kafka_bootstr
     df2 = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="group",
                   **{"kafka.group.id": group})
     name2, _ = _run_available_now(df2, tmp_path)
-    rows = spark.sql(f"select partition, offset from {name2}").collect()
+    rows = spark.table(name2).select("partition", "offset").collect()
     assert_exact([tuple(r) for r in rows],
                  [(p, o) for p in range(2) for o in range(committed[(topic, p)], 50)])
 
 
-# -- data loss ----------------------------------------------------------------------------------
+# -- data loss ---------------------------------------------------------------------
 def test_offsets_beyond_the_log_fail_or_are_skipped(spark: Any, kafka_bootstrap: str,
                                                    new_topic: Any) -> None:
     topic = new_topic(partitions=2)
@@ -263,7 +265,7 @@ def test_range_reader_detects_deleted_offsets(kafka_bootstrap: str, new_topic: A
     assert sum(b.num_rows for b in ok) == 7
 
 
-# -- batch windows --------------------------------------------------------------------------------
+# -- batch windows ---------------------------------------------------------------------
 def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: str,
                                                  new_topic: Any, tmp_path: Any) -> None:
     from connectors import KafkaWindows
