@@ -24,6 +24,7 @@ When the variable is unset, ``hit`` is one dict lookup on a frozen empty mapping
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -136,5 +137,13 @@ def _fire(spec: FailpointSpec, batch_id: int | None) -> None:
     sys.stderr.write(message + ": SIGKILL\n")
     sys.stderr.flush()
     if os.environ.get(ENV_SCOPE) == "group":
+        # PySpark's worker daemon moves itself and its workers into a process group of their
+        # own (daemon.py: os.setpgid(0, 0)), so a point reached in a Python worker (executor
+        # tasks, and the streaming writer's commit in pyspark 4) must also kill the group of
+        # the session leader: the pipeline's driver and JVM, started by the harness with
+        # start_new_session. The session id is that leader's pid and group id.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getsid(0) != os.getpgrp():
+                os.killpg(os.getsid(0), signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
