@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from connectors.core import failpoints
 from connectors.core.options import OptionReader
 from connectors.kafka.consumer import read_range, spark_schema_ddl
 from connectors.kafka.offsets import TP, OffsetRange, clamp_offsets, total_records
@@ -65,7 +66,7 @@ class KafkaInputPartition(InputPartition):
 def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     r: OffsetRange = partition.range  # type: ignore[attr-defined]
     cluster = opts.cluster(r.cluster)
-    return read_range(
+    batches = read_range(
         r,
         cluster.reader_conf(opts.group_id),
         include_headers=opts.include_headers,
@@ -74,6 +75,26 @@ def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.Re
         poll_timeout_s=opts.poll_timeout_s,
         batch_records=opts.arrow_batch_records,
     )
+    if failpoints.wants_count(MID_READ) is None:
+        return batches
+    return _counting(batches)
+
+
+MID_READ = "kafka_source.mid_read"
+
+
+def _counting(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Recovery tests only: crash an executor after ``#n`` rows of a batch's task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    prop = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    batch_id = int(prop) if prop is not None else None
+    rows = 0
+    for b in batches:
+        rows += b.num_rows
+        failpoints.hit(MID_READ, batch_id, rows)
+        yield b
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
