@@ -97,15 +97,16 @@ def test_kafka_to_files_survives_a_kill_at_each_failpoint(kafka_bootstrap, kafka
     assert sink.last_committed() is not None
 
 
-def test_hdfs_backend_survives_a_kill_mid_rename(webhdfs_url, tmp_path):
+def test_hdfs_backend_survives_a_kill_mid_rename(webhdfs_url, kafka_bootstrap, kafka_topic,
+                                                 tmp_path):
     """Same pipeline against WebHDFS (WEBHDFS_URL or the in-process protocol double, which
     the pipeline subprocess reaches over HTTP)."""
     host = webhdfs_url.split("://", 1)[1].rstrip("/")
     out = f"webhdfs://{host}/eo-files-{uuid.uuid4().hex[:8]}/out"
     argv = [
         PIPELINE, "--out", out, "--checkpoint", str(tmp_path / "chk"),
-        "--source", "seq", "--total", str(TOTAL), "--per-batch", str(PER_BATCH),
-        "--partition-by", "grp", "--max-records", "40",
+        "--source", "kafka", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic,
+        "--per-batch", str(PER_BATCH), "--partition-by", "grp", "--max-records", "40",
     ]
     sink = FileSink(out)
     crash_and_recover(argv, sink, ["files.mid_rename@1#2"])
