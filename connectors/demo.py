@@ -46,7 +46,7 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: a fresh temp directory, removed unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--lines", type=int, default=20000, help="lines of words to produce")
-    p.add_argument("--batch-size", type=int, default=2000,
+    p.add_argument("--batch-size", type=int, default=1000,
                    help="maxOffsetsPerTrigger of the pipeline (lines per micro-batch)")
     p.add_argument("--kills", type=int, default=1, help="how many times to SIGKILL the pipeline")
     p.add_argument("--seed", type=int, default=None, help="random seed (words and kill times)")
@@ -113,9 +113,14 @@ def last_batch(checkpoint: str) -> int | None:
     return max(ids) if ids else None
 
 
-def run_child(cfg: dict[str, Any], *, kill_after: float | None, failpoint: str | None,
-              timeout: float, log_path: str) -> tuple[int, bool]:
-    """Run the pipeline once; returns (returncode, killed)."""
+def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
+              failpoint: str | None, timeout: float, log_path: str) -> tuple[int, bool]:
+    """Run the pipeline once; returns (returncode, killed).
+
+    ``kill_at_batch``: once Spark has planned that batch (its offsets file exists), wait
+    ``jitter`` seconds and SIGKILL the whole process group: a crash mid-stream at a random
+    protocol step, however fast or slow this machine is.
+    """
     env = dict(os.environ)
     env.pop("CONNECTORS_FAILPOINTS", None)
     if failpoint:
@@ -123,28 +128,31 @@ def run_child(cfg: dict[str, Any], *, kill_after: float | None, failpoint: str |
         env["CONNECTORS_FAILPOINTS_SCOPE"] = "group"
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    deadline = time.monotonic() + timeout
+    killed = False
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module
             _pipeline_cmd(cfg), stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )
-        killed = False
         try:
-            proc.wait(timeout=kill_after if kill_after is not None else timeout)
-        except subprocess.TimeoutExpired:
-            if kill_after is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise ConnectorError(
-                    f"pipeline run exceeded {timeout}s (log: {log_path})"
-                ) from None
-            os.killpg(proc.pid, signal.SIGKILL)
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise ConnectorError(f"pipeline run exceeded {timeout}s (log: {log_path})")
+                progress = last_batch(cfg["checkpoint"])
+                if kill_at_batch is not None and (progress or -1) >= kill_at_batch:
+                    time.sleep(jitter)
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        killed = True
+                    break
+                time.sleep(0.05)
             proc.wait()
-            killed = True
-        try:  # reap Spark's JVM if only the Python driver died
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        finally:
+            try:  # reap Spark's JVM and workers whatever happened to the driver
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     if proc.returncode == -signal.SIGKILL:
         killed = True
     return proc.returncode, killed
@@ -202,15 +210,19 @@ def run_demo(args: argparse.Namespace) -> int:
                  else _quiet_produce(bootstrap, cfg["in_topic"], args.lines, rng))
         log_path = os.path.join(workdir, "pipeline.log")
         crashes: list[dict[str, Any]] = []
-        # A pipeline run (Spark start-up included) takes ~20-60 s here; kill inside it.
+        n_batches = -(-args.lines // args.batch_size)
         for k in range(args.kills):
-            if args.crash_at:
-                fp, kill_after = args.crash_at, None
-            else:
-                fp, kill_after = None, rng.uniform(12.0, 30.0)
-            what = f"failpoint {fp}" if fp else f"SIGKILL after {kill_after:.1f}s"
+            fp, target, jitter = args.crash_at, None, 0.0
+            if not fp:
+                # Kill once the pipeline is a random 1-3 batches further, after a random
+                # delay: a random protocol step of a random batch, on any machine speed.
+                done = last_batch(cfg["checkpoint"])
+                target = min((-1 if done is None else done) + rng.randint(1, 3),
+                             max(0, n_batches - 2))
+                jitter = rng.uniform(0.0, 2.0)
+            what = f"failpoint {fp}" if fp else f"SIGKILL {jitter:.1f}s into batch {target}"
             say(f"run {k + 1}: pipeline with {what}")
-            code, killed = run_child(cfg, kill_after=kill_after, failpoint=fp,
+            code, killed = run_child(cfg, kill_at_batch=target, jitter=jitter, failpoint=fp,
                                      timeout=args.timeout, log_path=log_path)
             batch = last_batch(cfg["checkpoint"])
             crashes.append({"run": k + 1, "killed": killed, "exit": code, "batch": batch})
@@ -221,8 +233,8 @@ def run_demo(args: argparse.Namespace) -> int:
             else:
                 say("  finished before the kill")
         say("final run: restart from the checkpoint and finish")
-        code, killed = run_child(cfg, kill_after=None, failpoint=None, timeout=args.timeout,
-                                 log_path=log_path)
+        code, killed = run_child(cfg, kill_at_batch=None, jitter=0.0, failpoint=None,
+                                 timeout=args.timeout, log_path=log_path)
         if code != 0:
             raise ConnectorError(f"final pipeline run failed (exit {code}); see {log_path}")
         checks = verify(cfg, truth)
