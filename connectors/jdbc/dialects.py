@@ -325,12 +325,15 @@ class Dialect:
 
     def apply(self, conn: sa.Connection, mode: str, target: sa.Table, stage: sa.Table,
               columns: Sequence[str], keys: Sequence[str], accumulate: Sequence[str],
-              where: Any) -> None:
-        """Apply the staged rows selected by ``where`` to the target, set-based."""
+              where: Any) -> int | None:
+        """Apply the staged rows selected by ``where`` to the target, set-based.
+
+        Returns the number of staged rows it read when the database says so exactly
+        (append: the INSERT's row count), else None."""
         if mode == "append":
             sel = sa.select(*[stage.c[c] for c in columns]).where(where)
-            conn.execute(target.insert().from_select(list(columns), sel))
-            return
+            result = conn.execute(target.insert().from_select(list(columns), sel))
+            return int(result.rowcount) if result.rowcount is not None else None
         others = [c for c in columns if c not in keys and c not in accumulate]
         if mode == "accumulate":
             # Pre-aggregate per key: a batch may hold a key twice, and ON CONFLICT may not
@@ -353,9 +356,10 @@ class Dialect:
         new = self.excluded(ins)
         updates: dict[str, Any] = {o: new[o] for o in others}
         for a in accumulate:
-            zero = sa.literal_column("0")
+            zero: Any = sa.literal_column("0")
             updates[a] = sa.func.coalesce(target.c[a], zero) + sa.func.coalesce(new[a], zero)
         conn.execute(self.on_conflict(ins, target, keys, updates))
+        return None
 
     # -- staging --------------------------------------------------------------------------
     def stage_table(self, name: str, schema: str | None,
@@ -526,19 +530,14 @@ class PostgresDialect(Dialect):
         return total
 
     def clear_stage(self, conn: sa.Connection, stage: sa.Table, up_to_batch: int) -> None:
-        # TRUNCATE is O(1) where DELETE rewrites every row; it is only right when no row of
-        # a later batch is staged (only possible with out-of-order manual writes).
-        later = conn.execute(
-            sa.select(sa.literal(1)).select_from(stage)
-            .where(stage.c.eo_batch > up_to_batch).limit(1)
-        ).first()
-        if later is None:
-            from psycopg import sql
+        """TRUNCATE: O(1) where DELETE rewrites every row. The staging table only ever holds
+        rows the current commit needs (Spark commits one batch at a time and a replay
+        stages again); if a second writer wrongly shared this sink_id, its commit would
+        find its rows missing and fail instead of losing them (see the staged-row check)."""
+        from psycopg import sql
 
-            raw = conn.connection.driver_connection
-            raw.execute(sql.SQL("TRUNCATE {}").format(_pg_ident(stage)))  # type: ignore[union-attr]
-        else:
-            super().clear_stage(conn, stage, up_to_batch)
+        raw = conn.connection.driver_connection
+        raw.execute(sql.SQL("TRUNCATE {}").format(_pg_ident(stage)))  # type: ignore[union-attr]
 
     def is_transient(self, exc: BaseException) -> bool:
         if super().is_transient(exc):

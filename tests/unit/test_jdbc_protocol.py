@@ -155,3 +155,14 @@ def test_schema_change_recreates_the_staging_table(db: str) -> None:
     sink.commit(0, [m])
     with sqlite3.connect(db) as c:
         assert c.execute("select word, n, extra from wc").fetchall() == [("a", 1, "x")]
+
+
+def test_append_checks_the_applied_row_count(db: str) -> None:
+    sink = JdbcSink(f"sqlite:///{db}", "app", "app", create_table=True)
+    sink.check_schema(SCHEMA)
+    m = sink.stage(TaskInfo(0, 0), batches([("a", 1), ("b", 2)]))
+    with sqlite3.connect(db) as c:
+        c.execute("delete from eo_stage_app where word = 'a'")
+    with pytest.raises(JdbcSinkError, match=r"\(reported, found\) = \{'[0-9a-f]+': \(2, 1\)\}"):
+        sink.commit(0, [m])
+    assert table(db, "app") == {}
