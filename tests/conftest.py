@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -172,39 +170,6 @@ def _pg_ok(dsn: str) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _temp_pg_cluster() -> Iterator[str]:
-    """initdb/pg_ctl into a temp dir, as user postgres when we are root."""
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if not initdb or not pg_ctl:
-        raise RuntimeError("initdb/pg_ctl not on PATH")
-    base = tempfile.mkdtemp(prefix="eo-pg-")
-    data = os.path.join(base, "data")
-    port = _free_port()
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_user, pg_ctl, "-D", data, "-w", "-l", os.path.join(base, "log"),
-                    "-o", f"-p {port} -k {base} -h 127.0.0.1", "start"],
-                   check=True, capture_output=True)
-    try:
-        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        yield dsn
-    finally:
-        subprocess.run([*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _free_port() -> int:
-    from connectors.embedded import free_port
-
-    return free_port()
-
-
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """A libpq DSN (``postgresql://user@host:port/db``) of a real PostgreSQL."""
@@ -222,11 +187,17 @@ def postgres_dsn() -> Iterator[str]:
     if _port_open("127.0.0.1", 5432) and _pg_ok(local):
         yield local
         return
+    from tests.pg_cluster import TempPostgres
+
     try:
-        with _temp_pg_cluster() as dsn:
-            yield dsn
+        cluster = TempPostgres().start()
     except Exception as e:  # noqa: BLE001
         unavailable("PostgreSQL", f"no POSTGRES_DSN, no Docker, nothing on 5432, and {e}")
+        return
+    try:
+        yield cluster.dsn
+    finally:
+        cluster.destroy()
 
 
 @pytest.fixture(scope="session")
