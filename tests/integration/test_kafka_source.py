@@ -321,3 +321,79 @@ def test_plain_batch_read_with_wal_path_gives_next_window(spark: Any, kafka_boot
     assert read.load().count() == 10
     assert read.load().count() == 10  # uncommitted: the same window again
     assert os.path.exists(os.path.join(wal, "source", f"{0:020d}.json"))
+
+
+# -- admission control at the reader (no SparkSession needed) -----------------------------------
+def test_reader_admission_control(kafka_bootstrap: str, new_topic: Any) -> None:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxBytes,
+        ReadMaxRows,
+        ReadMinRows,
+    )
+
+    from connectors.spark.kafka_source import stream_reader
+
+    topic = new_topic(partitions=2)
+    produce_exact(kafka_bootstrap, topic, [(None, b"x" * 100, i % 2) for i in range(1000)])
+    base = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
+            "startingOffsets": "earliest"}
+
+    def total(start: dict[str, Any], end: dict[str, Any]) -> int:
+        return sum(end[topic][p] - start[topic][p] for p in end[topic])
+
+    r = stream_reader({**base, "maxOffsetsPerTrigger": "100", "maxBytesPerTrigger": "5000",
+                       "minOffsetsPerTrigger": "10", "maxTriggerDelay": "1h"}, None)  # type: ignore[arg-type]
+    assert r.getDefaultReadLimit() == ReadMaxRows(100)
+    start = r.initialOffset()
+    assert start == {topic: {"0": 0, "1": 0}}
+    assert total(start, r.latestOffset(start, ReadAllAvailable())) == 1000
+    assert total(start, r.latestOffset(start, ReadMaxRows(100))) <= 50  # bytes cap: ~5000/101
+    r2 = stream_reader({**base, "maxOffsetsPerTrigger": "100"}, None)  # type: ignore[arg-type]
+    end = r2.latestOffset(start, ReadMaxRows(100))
+    assert end == {topic: {"0": 50, "1": 50}}
+    assert total(start, r2.latestOffset(start, ReadMaxBytes(10**9))) == 100
+    # minOffsetsPerTrigger: too little new data and maxTriggerDelay not reached -> no batch.
+    near_end = {topic: {"0": 498, "1": 498}}
+    assert r.latestOffset(near_end, ReadMinRows(10)) == near_end
+    r3 = stream_reader({**base, "minOffsetsPerTrigger": "10", "maxTriggerDelay": "0s"}, None)  # type: ignore[arg-type]
+    assert r3.getDefaultReadLimit() == ReadMinRows(10)
+    assert r3.latestOffset(near_end, ReadMinRows(10)) == {topic: {"0": 500, "1": 500}}
+    # Trigger.AvailableNow: nothing produced after prepareForTriggerAvailableNow is read.
+    r2.prepareForTriggerAvailableNow()
+    produce_exact(kafka_bootstrap, topic, [(None, b"late", 0)])
+    pos = start
+    while (nxt := r2.latestOffset(pos, ReadMaxRows(100))) != pos:
+        pos = nxt
+    assert pos == {topic: {"0": 500, "1": 500}}
+    assert r2.reportLatestOffset() == {topic: {"0": 501, "1": 500}}
+    # partitions() is pure: the same (start, end) gives the same splits.
+    r4 = stream_reader({**base, "minPartitions": "5"}, None)  # type: ignore[arg-type]
+    a = [p.range for p in r4.partitions(start, pos)]
+    assert a == [p.range for p in r4.partitions(start, pos)] and len(a) == 5
+
+
+def test_deleted_topic_follows_fail_on_data_loss(kafka_bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from connectors.spark.kafka_source import stream_reader
+
+    prefix = f"del{uuid.uuid4().hex[:8]}"
+    keep, doomed = f"{prefix}-keep", f"{prefix}-doomed"
+    for t in (keep, doomed):
+        create_topic(kafka_bootstrap, t, 1)
+        produce_exact(kafka_bootstrap, t, _records(5, 1))
+    opts = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribePattern": f"{prefix}-.*",
+            "startingOffsets": "earliest"}
+    strict = stream_reader(opts, None)  # type: ignore[arg-type]
+    lenient = stream_reader({**opts, "failOnDataLoss": "false"}, None)  # type: ignore[arg-type]
+    start = strict.initialOffset()
+    assert start == {keep: {"0": 0}, doomed: {"0": 0}}
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.delete_topics([doomed], operation_timeout=10).values():
+        f.result(10)
+    wait_for(lambda: doomed not in admin.list_topics(timeout=5).topics, 30, what="deletion")
+    with pytest.raises(KafkaSourceError, match=rf"data loss.*{doomed}-0"):
+        strict.latestOffset(start, ReadAllAvailable())
+    assert lenient.latestOffset(start, ReadAllAvailable()) == {keep: {"0": 5}}
