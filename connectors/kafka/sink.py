@@ -381,6 +381,11 @@ class KafkaSink(BatchSink):
                 option="kafka.bootstrap.servers",
             )
         check_producer_config(conf, unsafe)
+        acks = str(conf.get("request.required.acks", conf.get("acks", "all"))).lower()
+        user_keys = {str(k).lower().removeprefix("kafka.") for k in (kafka_options or {})}
+        if acks not in _ACKS_SAFE and "enable.idempotence" not in user_keys:
+            # unsafe=true with weaker acks: librdkafka refuses idempotence without acks=all.
+            conf["enable.idempotence"] = "false"
         self.producer_conf = conf
         self.topic = topic.strip() if topic and topic.strip() else None
         self.deterministic_order = bool(deterministic_order)

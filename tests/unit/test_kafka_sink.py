@@ -1,0 +1,236 @@
+"""KafkaSink without a broker: the dedupe decision, deterministic order, routing, options."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from connectors.core.errors import KafkaSinkError, OptionError
+from connectors.kafka import partitioner, recovery
+from connectors.kafka.sink import KafkaSink, check_producer_config, deterministic_order
+
+# -- the dedupe decision ----------------------------------------------------------------------
+
+
+def test_skip_mask_skips_rows_at_or_below_the_max_seq_per_target():
+    seqs = np.arange(8)
+    targets = np.array([0, 1, 0, 1, 0, 1, 0, 1])
+    skip = recovery.skip_mask(seqs, targets, {0: 4, 1: 1})
+    assert skip.tolist() == [True, True, True, False, True, False, False, False]
+    assert not recovery.skip_mask(seqs, targets, {}).any()
+
+
+def test_decide_on_a_clean_prefix_equals_the_max_rule():
+    seqs = np.arange(10)
+    targets = np.array([i % 3 for i in range(10)])
+    present = {0: [0, 3], 1: [1, 4, 7]}  # target 2 got nothing
+    skip = recovery.decide(seqs, targets, present, {})
+    assert np.nonzero(skip)[0].tolist() == [0, 1, 3, 4, 7]
+    assert skip.tolist() == recovery.skip_mask(seqs, targets, {0: 3, 1: 7}).tolist()
+
+
+def test_decide_ignores_duplicates_found_by_the_scan():
+    seqs = np.arange(4)
+    targets = np.zeros(4, dtype=int)
+    assert recovery.decide(seqs, targets, {0: [0, 1, 1, 0]}, {}).tolist() == [
+        True, True, False, False
+    ]
+
+
+def test_decide_produces_a_gap_again_instead_of_skipping_it():
+    seqs = np.arange(6)
+    targets = np.zeros(6, dtype=int)
+    skip = recovery.decide(seqs, targets, {0: [0, 1, 3]}, {0: "b[0]"})
+    # seq 2 is below the max (3) but missing: it must be produced again
+    assert skip.tolist() == [True, True, False, True, False, False]
+
+
+def test_decide_refuses_seqs_this_attempt_routes_elsewhere():
+    seqs = np.arange(4)
+    targets = np.array([0, 1, 0, 1])
+    with pytest.raises(KafkaSinkError, match=r"b\[0\].*not the same on replay"):
+        recovery.decide(seqs, targets, {0: [0, 1]}, {0: "b[0]"})
+
+
+# -- deterministic order ------------------------------------------------------------------------
+
+
+def _rows(n: int = 300) -> list[dict]:
+    rnd = random.Random(7)
+    rows = []
+    for i in range(n):
+        key = None if i % 5 == 0 else f"k{rnd.randrange(20)}".encode()
+        rows.append({"key": key, "value": f"v{rnd.randrange(50)}".encode()})
+    return rows
+
+
+def test_order_is_the_same_whatever_the_input_order_and_batching():
+    rows = _rows()
+    first = deterministic_order(pa.Table.from_pylist(rows))
+    for seed in range(3):
+        shuffled = rows[:]
+        random.Random(seed).shuffle(shuffled)
+        table = pa.Table.from_pylist(shuffled)
+        again = deterministic_order(pa.Table.from_batches(table.to_batches(max_chunksize=17)))
+        assert again.to_pylist() == first.to_pylist()
+
+
+def test_order_is_by_key_then_value_nulls_first():
+    table = pa.table({
+        "key": [b"b", None, b"a", b"a", None],
+        "value": [b"1", b"9", b"2", b"1", None],
+    })
+    out = deterministic_order(table).to_pylist()
+    assert [(r["key"], r["value"]) for r in out] == [
+        (None, None), (None, b"9"), (b"a", b"1"), (b"a", b"2"), (b"b", b"1"),
+    ]
+
+
+def test_order_breaks_ties_on_topic_partition_and_headers():
+    hdr = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    def row(topic, partition, header):
+        headers = None if header is None else [{"key": "h", "value": header}]
+        return {"key": b"k", "value": b"v", "topic": topic, "partition": partition,
+                "headers": headers}
+
+    rows = [row("t2", 0, b"2"), row("t1", 1, b"1"), row("t1", 1, b"0"), row("t1", 0, None)]
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("headers", hdr)])
+    a = deterministic_order(pa.Table.from_pylist(rows, schema=schema)).to_pylist()
+    b = deterministic_order(pa.Table.from_pylist(rows[::-1], schema=schema)).to_pylist()
+    assert a == b
+    assert [(r["topic"], r["partition"]) for r in a] == [("t1", 0), ("t1", 1), ("t1", 1), ("t2", 0)]
+    assert a[1]["headers"][0]["value"] == b"0"
+
+
+# -- routing --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    # Values of Kafka's Java Utils.murmur2 (as used by its default partitioner).
+    [("1", -1993445489), ("12", 126087238), ("123", -267702483), ("1234", -1614185708),
+     ("12345", -1188365604)],
+)
+def test_murmur2_matches_the_java_client(text, expected):
+    assert partitioner.murmur2(text.encode()) == expected
+
+
+def test_vectorised_murmur2_equals_the_reference():
+    rnd = random.Random(1)
+    keys = [bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 70))) for _ in range(2000)]
+    arr = pa.array(keys, pa.binary())
+    got = partitioner.murmur2_array(arr)
+    assert [int(x) for x in got] == [partitioner.murmur2(k) & 0xFFFFFFFF for k in keys]
+    sliced = partitioner.murmur2_array(arr.slice(13, 50))
+    assert [int(x) for x in sliced] == [partitioner.murmur2(k) & 0xFFFFFFFF for k in keys[13:63]]
+    strings = partitioner.murmur2_array(pa.array(["1", "12"]))
+    assert [int(x) for x in strings] == [(-1993445489) & 0xFFFFFFFF, 126087238]
+
+
+def test_route_explicit_then_key_then_round_robin_by_seq():
+    keys = pa.array([b"1", None, b"12", None, b"123"], pa.binary())
+    explicit = pa.array([None, None, None, 0, 2], pa.int32())
+    seqs = np.arange(5)
+    counts = np.full(5, 3)
+    parts = partitioner.route(keys, explicit, seqs, counts)
+    assert parts.tolist() == [
+        partitioner.key_partition(b"1", 3),
+        1 % 3,  # null key: seq 1 round-robin
+        partitioner.key_partition(b"12", 3),
+        0,  # explicit
+        2,  # explicit wins over the key
+    ]
+    assert partitioner.route(None, None, np.arange(7), np.full(7, 4)).tolist() == [
+        0, 1, 2, 3, 0, 1, 2
+    ]
+
+
+# -- options --------------------------------------------------------------------------------------
+
+BASE = {"sink_id": "s1", "walPath": "/tmp/eo-wal", "kafka.bootstrap.servers": "h:9092",
+        "topic": "b"}
+
+
+def _spark(options: dict) -> dict:
+    """Spark hands options over with lower-cased keys."""
+    return {k.lower(): v for k, v in options.items()}
+
+
+def test_from_options_parses_and_keeps_safe_defaults():
+    sink = KafkaSink.from_options(
+        _spark({**BASE, "deterministicOrder": "true", "transactional": "true",
+                "kafka.linger.ms": "20", "scanTimeout": "30s"}), None)
+    assert sink.sink_id == "s1" and sink.topic == "b"
+    assert sink.deterministic_order and sink.transactional
+    assert sink.producer_conf["enable.idempotence"] == "true"
+    assert sink.producer_conf["acks"] == "all"
+    assert sink.producer_conf["linger.ms"] == "20"
+    assert sink.producer_conf["bootstrap.servers"] == "h:9092"
+    assert sink.scan_timeout == 30.0
+
+
+@pytest.mark.parametrize("missing", ["sink_id", "walPath", "kafka.bootstrap.servers"])
+def test_required_options(missing):
+    opts = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(OptionError, match=f"'{missing}'"):
+        KafkaSink.from_options(_spark(opts), None)
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [("acks", "1"), ("acks", "0"), ("request.required.acks", "1"),
+     ("enable.idempotence", "false")],
+)
+def test_unsafe_producer_settings_are_refused_by_name(name, value):
+    with pytest.raises(OptionError, match=f"'kafka.{name}' breaks the exactly-once") as e:
+        KafkaSink.from_options(_spark({**BASE, f"kafka.{name}": value}), None)
+    assert e.value.option == f"kafka.{name}"
+    assert "unsafe=true" in str(e.value)
+    sink = KafkaSink.from_options(_spark({**BASE, f"kafka.{name}": value, "unsafe": "true"}), None)
+    assert sink.producer_conf[name] == value
+
+
+def test_python_api_refuses_unsafe_settings_too():
+    with pytest.raises(OptionError, match="kafka.acks"):
+        KafkaSink("s", "/tmp/w", bootstrap_servers="h:1", topic="t", kafka_options={"acks": 1})
+    with pytest.raises(OptionError, match="kafka.enable.idempotence"):
+        KafkaSink("s", "/tmp/w", bootstrap_servers="h:1", topic="t",
+                  kafka_options={"enable.idempotence": False})
+    KafkaSink("s", "/tmp/w", bootstrap_servers="h:1", topic="t", kafka_options={"acks": "-1"})
+
+
+def test_transactional_id_is_never_user_set():
+    with pytest.raises(OptionError, match="transactional.id"):
+        check_producer_config({"transactional.id": "x"}, unsafe=True)
+
+
+def test_schema_checks_name_the_column(tmp_path):
+    sink = KafkaSink("s", str(tmp_path), bootstrap_servers="h:1", topic=None)
+    with pytest.raises(KafkaSinkError, match="no 'value' column"):
+        sink.check_schema(pa.schema([("v", pa.binary())]))
+    with pytest.raises(KafkaSinkError, match="column 'key' has type int64"):
+        sink.check_schema(pa.schema([("value", pa.binary()), ("key", pa.int64())]))
+    with pytest.raises(KafkaSinkError, match="no target topic"):
+        sink.check_schema(pa.schema([("value", pa.binary())]))
+    sink.check_schema(pa.schema([("value", pa.string()), ("topic", pa.string())]))
+
+
+def test_wal_path_belongs_to_one_sink(tmp_path):
+    schema = pa.schema([("value", pa.binary())])
+    KafkaSink("a", str(tmp_path), bootstrap_servers="h:1", topic="t").check_schema(schema)
+    with pytest.raises(OptionError, match="belongs to sink_id 'a'"):
+        KafkaSink("b", str(tmp_path), bootstrap_servers="h:1", topic="t").check_schema(schema)
+
+
+def test_sink_pickles_without_runtime_state(tmp_path):
+    sink = KafkaSink("s", str(tmp_path), bootstrap_servers="h:1", topic="t",
+                     kafka_options={"sasl.password": "hunter2"})
+    assert sink.last_committed() is None  # opens the WAL
+    back = pickle.loads(pickle.dumps(sink))
+    assert back._wal is None and back.sink_id == "s"
+    assert "hunter2" not in repr(sink)

@@ -1,0 +1,94 @@
+"""The ``eo-rk`` recovery-key header and the started markers (no network, no Spark)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from connectors.core.errors import KafkaSinkError
+from connectors.core.storage import LocalStorage
+from connectors.kafka import recovery
+from connectors.kafka.recovery import RecoveryKey, RecoveryKeyError
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        RecoveryKey("orders", 0, 0, 0),
+        RecoveryKey("s", 7, 3, 123456),
+        RecoveryKey("säule-😀", 2**63, 2**32 - 1, 2**64 - 1),
+        RecoveryKey("x" * 255, 1, 1, 1),
+    ],
+)
+def test_round_trip(key):
+    value = recovery.encode(key)
+    assert recovery.decode(value) == key
+    assert recovery.find_key([("other", b"x"), (recovery.HEADER, value)]) == key
+
+
+def test_layout_is_version_length_sink_batch_writer_seq():
+    value = recovery.encode(RecoveryKey("ab", 5, 2, 9))
+    assert value == bytes([1, 2]) + b"ab" + struct.pack(">QIQ", 5, 2, 9)
+    assert len(value) == 2 + 2 + 20
+    # the per-record part is only the trailing seq: prefix + 8 bytes
+    assert value == recovery.key_prefix("ab", 5, 2) + struct.pack(">Q", 9)
+
+
+def test_version_byte_is_checked():
+    value = bytearray(recovery.encode(RecoveryKey("ab", 5, 2, 9)))
+    assert value[0] == recovery.VERSION == 1
+    value[0] = 2
+    with pytest.raises(RecoveryKeyError, match="version 2 is not supported"):
+        recovery.decode(bytes(value))
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        b"",
+        b"\x01",
+        b"hello world",  # 'h' is not a version we know
+        bytes([1, 2]) + b"ab" + b"\x00" * 19,  # one byte short
+        bytes([1, 2]) + b"ab" + b"\x00" * 21,  # one byte long
+        bytes([1, 0]) + b"\x00" * 20,  # empty sink id
+        bytes([1, 2]) + b"\xff\xfe" + b"\x00" * 20,  # sink id not UTF-8
+    ],
+)
+def test_foreign_values_are_rejected(foreign):
+    with pytest.raises(RecoveryKeyError):
+        recovery.decode(foreign)
+    assert recovery.find_key([(recovery.HEADER, foreign)]) is None
+
+
+def test_find_key_ignores_other_headers_and_absent_ones():
+    assert recovery.find_key(None) is None
+    assert recovery.find_key([]) is None
+    assert recovery.find_key([("eo-rk-not", recovery.encode(RecoveryKey("a", 1, 1, 1)))]) is None
+    assert recovery.find_key([(recovery.HEADER, None)]) is None
+
+
+def test_sink_id_must_fit_the_length_byte():
+    with pytest.raises(KafkaSinkError, match="1..255 bytes"):
+        recovery.key_prefix("x" * 256, 0, 0)
+    with pytest.raises(KafkaSinkError):
+        recovery.key_prefix("", 0, 0)
+
+
+def test_marker_round_trip_and_purge(tmp_path):
+    store = recovery.MarkerStore(LocalStorage(), str(tmp_path))
+    assert store.get(3, 1) is None
+    marker = recovery.StartedMarker(
+        sink_id="s", batch_id=3, writer=1, partition_counts={"b": 4},
+        watermarks={"b": {"0": 10, "3": 0}},
+    )
+    store.put(marker)
+    back = store.get(3, 1)
+    assert back == marker
+    assert back.start_offsets() == {("b", 0): 10, ("b", 3): 0}
+    for b in (1, 2, 4):
+        store.put(recovery.StartedMarker("s", b, 0, {"b": 4}, {"b": {"0": b}}))
+    assert store.batches() == [1, 2, 3, 4]
+    assert store.purge(3) == 3
+    assert store.batches() == [4]
+    assert store.get(3, 1) is None and store.get(4, 0) is not None
