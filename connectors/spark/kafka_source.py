@@ -64,7 +64,11 @@ class KafkaInputPartition(InputPartition):
 
 
 def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    r: OffsetRange = partition.range  # type: ignore[attr-defined]
+    r: OffsetRange | None = getattr(partition, "range", None)
+    if r is None:
+        # partitions() planned nothing (an empty window); Spark still runs one task with
+        # a plain InputPartition.
+        return iter(())
     cluster = opts.cluster(r.cluster)
     batches = read_range(
         r,

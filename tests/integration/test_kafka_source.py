@@ -397,3 +397,10 @@ def test_deleted_topic_follows_fail_on_data_loss(kafka_bootstrap: str) -> None:
     with pytest.raises(KafkaSourceError, match=rf"data loss.*{doomed}-0"):
         strict.latestOffset(start, ReadAllAvailable())
     assert lenient.latestOffset(start, ReadAllAvailable()) == {keep: {"0": 5}}
+
+
+def test_batch_read_of_an_empty_topic(spark: Any, kafka_bootstrap: str, new_topic: Any) -> None:
+    topic = new_topic(partitions=2)
+    df = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+          .option("subscribe", topic).load())
+    assert df.count() == 0
