@@ -119,9 +119,15 @@ def test_random_kills_then_cli_reads_the_real_state(request, kafka_bootstrap, po
     status = _cli("sink", "status", "--url", postgres_url, "--sink-id", sink_id)
     assert len(status["sinks"]) == 1 and status["sinks"][0]["batch_id"] >= 11
     assert status["url"] == redact_url(postgres_url)
-    # lag: the source commits each window's end to its consumer group -> zero lag at the end
+    # lag: the source commits each committed window's end to its consumer group. Spark calls
+    # a source's commit(end) only when it plans the next batch, so after an AvailableNow run
+    # the group trails by the last window (at most one batch of lag).
     lag = _cli("lag", "--bootstrap", kafka_bootstrap, "--group", sink_id)
-    assert lag["partitions"] and lag["total_lag"] == 0
+    last_done = [e for e in entries if e["committed"]][-1]["record"]["end"]
+    assert lag["partitions"]
+    for p in lag["partitions"]:
+        assert p["committed"] == last_done[p["topic"]][str(p["partition"])], (p, last_done)
+    assert 0 <= lag["total_lag"] <= 1000
     # files status: one committed entry per batch, files listed
     files = _cli("files", "status", str(workdir / "files-out"))
     assert len(files["batches"]) == status["sinks"][0]["batch_id"] + 1
