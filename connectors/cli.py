@@ -47,7 +47,7 @@ def wal_show(args: argparse.Namespace) -> int:
     for kind in kinds:
         wal = WriteAheadLog(storage, root, kind)
         committed = set(wal.committed_seqs())
-        entries = []
+        entries: list[dict[str, Any]] = []
         for seq in wal.seqs()[-args.last:] if args.last else wal.seqs():
             record = wal.get(seq) or {}
             entries.append({"seq": seq, "committed": seq in committed, "record": record})

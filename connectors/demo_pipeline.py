@@ -150,18 +150,19 @@ def read_kafka_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
     parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
     total: Counter[str] = Counter()
-    rows, done = 0, set()
+    rows, done = 0, set[int]()
     try:
         while len(done) < len(parts):
             for m in consumer.consume(1000, 1.0):
-                if m.error() is None:
-                    doc = json.loads(m.value())
+                err = m.error()
+                if err is None:
+                    doc = json.loads(m.value() or b"{}")
                     total[doc["word"]] += int(doc["count"])
                     rows += 1
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    done.add(m.partition())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    done.add(m.partition() or 0)
                 else:
-                    raise RuntimeError(str(m.error()))
+                    raise RuntimeError(str(err))
     finally:
         consumer.close()
     return total, rows
