@@ -167,7 +167,10 @@ def check_values(table: str, batch: pa.RecordBatch, specs: Sequence[ColumnSpec])
     for spec in specs:
         col = batch.column(spec.name)
         t = col.type
-        if spec.int_bits is not None and pa.types.is_integer(t) and t.bit_width >= spec.int_bits:
+        if spec.int_bits is not None and pa.types.is_integer(t) and (
+            t.bit_width > spec.int_bits
+            or (pa.types.is_unsigned_integer(t) and t.bit_width == spec.int_bits)
+        ):
             lo, hi = -(2 ** (spec.int_bits - 1)), 2 ** (spec.int_bits - 1) - 1
             mm = pc.min_max(col)
             mn, mx = mm["min"].as_py(), mm["max"].as_py()
@@ -332,8 +335,11 @@ class Dialect:
         (append: the INSERT's row count), else None."""
         if mode == "append":
             sel = sa.select(*[stage.c[c] for c in columns]).where(where)
-            result = conn.execute(target.insert().from_select(list(columns), sel))
-            return int(result.rowcount) if result.rowcount is not None else None
+            stmt = target.insert().from_select(list(columns), sel)
+            # SQLAlchemy only keeps an INSERT's row count when asked to.
+            result = conn.execute(stmt.execution_options(preserve_rowcount=True))
+            count = result.rowcount
+            return int(count) if count is not None and count >= 0 else None
         others = [c for c in columns if c not in keys and c not in accumulate]
         if mode == "accumulate":
             # Pre-aggregate per key: a batch may hold a key twice, and ON CONFLICT may not
@@ -369,7 +375,7 @@ class Dialect:
             sa.MetaData(),
             sa.Column("eo_batch", sa.BigInteger, nullable=False),
             sa.Column("eo_writer", sa.Integer, nullable=False),
-            sa.Column("eo_attempt", sa.String(64), nullable=False),
+            sa.Column("eo_attempt", sa.BigInteger, nullable=False),
             *[sa.Column(n, t) for n, t in columns],
             schema=schema,
         )
@@ -391,7 +397,7 @@ class Dialect:
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
-                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, str],
+                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int],
                    batch_size: int, table: str) -> int:
         """Append rows to the staging table with batched executemany inserts."""
         stmt = stage.insert()
@@ -460,7 +466,7 @@ class PostgresDialect(Dialect):
         data = [c.name for c in stage.columns if c.name not in TAG_COLUMNS]
         stmt = sql.SQL(
             "CREATE UNLOGGED TABLE {stage} AS SELECT CAST(NULL AS bigint) AS eo_batch, "
-            "CAST(NULL AS integer) AS eo_writer, CAST(NULL AS varchar(64)) AS eo_attempt, "
+            "CAST(NULL AS integer) AS eo_writer, CAST(NULL AS bigint) AS eo_attempt, "
             "{cols} FROM {target} WITH NO DATA"
         ).format(
             stage=_pg_ident(stage),
@@ -488,7 +494,7 @@ class PostgresDialect(Dialect):
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
-                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, str],
+                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int],
                    batch_size: int, table: str) -> int:
         """COPY ... FROM STDIN (FORMAT csv): Arrow renders the CSV in C++, psycopg streams it.
 
@@ -518,7 +524,7 @@ class PostgresDialect(Dialect):
                     [
                         pa.repeat(pa.scalar(batch_id, pa.int64()), n),
                         pa.repeat(pa.scalar(writer, pa.int32()), n),
-                        pa.repeat(pa.scalar(token, pa.string()), n),
+                        pa.repeat(pa.scalar(token, pa.int64()), n),
                         *data.columns,
                     ],
                     names=names,
