@@ -506,6 +506,8 @@ class KafkaSink(BatchSink):
                     "array<struct<key:string,value:binary>>"
                 )
         self._check_identity()
+        if not self.transactional:
+            _warn_if_speculative()
 
     # -- executor side ---------------------------------------------------------------------
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> TaskReport:
@@ -778,12 +780,14 @@ class KafkaSink(BatchSink):
         record batch's base offset + 1), the mark is lower than the true end: safe, the
         recovery scan just reads a little more.
         """
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         admin = _admin(self.producer_conf)
         futures = admin.list_offsets(
-            {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}, request_timeout=30
+            {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=30,
         )
         out: dict[str, dict[str, int]] = {}
         for tp, fut in futures.items():
@@ -798,17 +802,18 @@ class KafkaSink(BatchSink):
         return out
 
     def _scan(self, prefix: bytes, start: dict[tuple[str, int], int]) -> recovery.ScanResult:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer
 
         # Only committed records count as written under transactions: an aborted attempt's
         # records must be produced again.
         isolation = "read_committed" if self.transactional else "read_uncommitted"
+        # Stop offsets are high watermarks (ListOffsets read_uncommitted): a read_committed
+        # consumer would be told the last stable offset, which another writer's open
+        # transaction can hold below records this task's earlier attempt committed.
+        marks = self._watermarks(list(start))
+        stop = {(t, int(p)): o for t, parts in marks.items() for p, o in parts.items()}
         consumer = Consumer(consumer_config(self.producer_conf, self.sink_id, isolation))
         try:
-            stop: dict[tuple[str, int], int] = {}
-            for t, p in start:
-                _, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30)
-                stop[(t, p)] = high
             return recovery.scan(consumer, prefix, start, stop, self.scan_timeout)
         finally:
             consumer.close()
@@ -855,6 +860,29 @@ class KafkaSink(BatchSink):
 
     def commit_info(self, batch_id: int) -> dict[str, Any] | None:
         return self._state()[0].commit_info(batch_id)
+
+
+_SPECULATION_WARNED = False
+
+
+def _warn_if_speculative() -> None:
+    """Speculative twins are zombies the non-transactional scan cannot see coming."""
+    global _SPECULATION_WARNED
+    if _SPECULATION_WARNED:
+        return
+    try:
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        enabled = sc is not None and sc.getConf().get("spark.speculation", "false") == "true"
+    except Exception:  # noqa: BLE001 - not on a Spark driver: nothing to check
+        return
+    if enabled:
+        _SPECULATION_WARNED = True
+        log.warning(
+            "%s: spark.speculation=true: a speculative task attempt can keep producing after "
+            "its twin's retry scanned, which breaks exactly-once without transactions; set "
+            "spark.speculation=false or option transactional=true", FAMILY)
 
 
 def _tp_of(target_id: int, topics: list[str], base: np.ndarray) -> tuple[str, int]:

@@ -1,0 +1,71 @@
+"""Task retries inside one Spark application, for the ``eo_kafka`` sink.
+
+Runs on ``local[2,4]`` (4 attempts per task). The test arms, once across processes
+(``CONNECTORS_FAILPOINTS_ONCE_DIR``), ``kafka_sink.mid_produce@<b>#<n>!raise``: the first
+attempt of one task flushes ``n`` records (half its rows) and raises; Spark retries the task,
+whose attempt finds the started marker, scans and skips what the failed attempt wrote.
+
+Writes batch 1 with a plain sink (foreachBatch-style ``sink.write``) and batch 2 through the
+DataSource batch writer with ``transactional=true``; prints each batch's commit record as
+``COMMIT <json>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic-plain", required=True)
+    p.add_argument("--topic-txn", required=True)
+    p.add_argument("--wal", required=True)
+    p.add_argument("--rows", type=int, default=4000)
+    args = p.parse_args(argv)
+
+    spark = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("kafka-sink-retry")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    import connectors
+    from connectors.kafka.sink import KafkaSink
+
+    connectors.register(spark)
+    df = spark.range(0, args.rows, numPartitions=2).selectExpr(
+        "cast(id % 100 as string) as key", "concat('row-', cast(id as string)) as value"
+    )
+    plain = KafkaSink("retry-plain", args.wal + "/plain", bootstrap_servers=args.bootstrap,
+                      topic=args.topic_plain)
+    plain.write(df, 1)
+    print("COMMIT", json.dumps(plain.commit_info(1)), flush=True)
+
+    (
+        df.write.format("eo_kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", args.topic_txn)
+        .option("sink_id", "retry-txn")
+        .option("walPath", args.wal + "/txn")
+        .option("transactional", "true")
+        .option("batchId", 2)
+        .mode("append")
+        .save()
+    )
+    txn = KafkaSink("retry-txn", args.wal + "/txn", bootstrap_servers=args.bootstrap,
+                    topic=args.topic_txn)
+    print("COMMIT", json.dumps(txn.commit_info(2)), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
