@@ -397,11 +397,12 @@ class Dialect:
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
-                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int],
+                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
                    batch_size: int, table: str) -> int:
-        """Append rows to the staging table with batched executemany inserts."""
+        """Append rows with batched executemany inserts: to the staging table tagged with
+        ``(batch, writer, token)``, or straight into ``stage`` (a target) when ``tags`` is
+        None."""
         stmt = stage.insert()
-        batch_id, writer, token = tags
         total = 0
         pending: list[dict[str, Any]] = []
         for batch in batches:
@@ -409,8 +410,9 @@ class Dialect:
                 continue
             check_values(table, batch, specs)
             rows = self.prepare_arrow(batch, specs).to_pylist()
-            for r in rows:
-                r["eo_batch"], r["eo_writer"], r["eo_attempt"] = batch_id, writer, token
+            if tags is not None:
+                for r in rows:
+                    r["eo_batch"], r["eo_writer"], r["eo_attempt"] = tags
             pending.extend(rows)
             total += len(rows)
             while len(pending) >= batch_size:
@@ -494,9 +496,10 @@ class PostgresDialect(Dialect):
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
-                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int],
+                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
                    batch_size: int, table: str) -> int:
         """COPY ... FROM STDIN (FORMAT csv): Arrow renders the CSV in C++, psycopg streams it.
+        Tagged rows go to the staging table; with ``tags=None`` straight into ``stage``.
 
         Arrow quotes every string (``quoting_style="needed"``), so an empty string is
         ``""`` and a null is an empty unquoted field, exactly PostgreSQL's CSV convention.
@@ -504,8 +507,7 @@ class PostgresDialect(Dialect):
         from psycopg import sql
         from pyarrow import csv as pacsv
 
-        batch_id, writer, token = tags
-        names = [*TAG_COLUMNS, *[s.column for s in specs]]
+        names = [*(TAG_COLUMNS if tags else ()), *[s.column for s in specs]]
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
             _pg_ident(stage), sql.SQL(", ").join(sql.Identifier(n) for n in names)
         )
@@ -520,17 +522,18 @@ class PostgresDialect(Dialect):
                     continue
                 check_values(table, batch, specs)
                 data = self.prepare_arrow(batch, specs)
-                tagged = pa.RecordBatch.from_arrays(
-                    [
-                        pa.repeat(pa.scalar(batch_id, pa.int64()), n),
-                        pa.repeat(pa.scalar(writer, pa.int32()), n),
-                        pa.repeat(pa.scalar(token, pa.int64()), n),
-                        *data.columns,
-                    ],
-                    names=names,
-                )
+                if tags is not None:
+                    data = pa.RecordBatch.from_arrays(
+                        [
+                            pa.repeat(pa.scalar(tags[0], pa.int64()), n),
+                            pa.repeat(pa.scalar(tags[1], pa.int32()), n),
+                            pa.repeat(pa.scalar(tags[2], pa.int64()), n),
+                            *data.columns,
+                        ],
+                        names=names,
+                    )
                 buf = io.BytesIO()
-                pacsv.write_csv(tagged, buf, options)
+                pacsv.write_csv(data, buf, options)
                 copy.write(buf.getbuffer())
                 total += n
         return total

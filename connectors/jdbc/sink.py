@@ -268,7 +268,8 @@ class JdbcSink(BatchSink):
 
     1. ``SELECT batch_id FROM eo_sink_commits WHERE sink_id = ... FOR UPDATE``. If it is
        ``>= B``, this is a replay: delete the staged rows of ``<= B`` and return.
-    2. Stage the driver-side (inline) rows inside this transaction.
+    2. Driver-side (inline) rows: append writes them straight into the target, the other
+       modes stage them, all inside this transaction.
     3. Check that the staging table holds exactly the rows each winning attempt reported.
     4. Apply the winning attempts' rows to the target, set-based (``INSERT ... SELECT``).
     5. Move the commit row to ``B``.
@@ -699,8 +700,16 @@ class JdbcSink(BatchSink):
                 return None
             # 2.
             expected: dict[int, int] = {}
+            direct = 0
             inline = [m for m in msgs if isinstance(m, InlineRows) and m.rows > 0]
-            if inline:
+            if inline and o.mode == "append":
+                # Appended rows need no set-based step: COPY/insert them into the target
+                # right here, inside the same transaction.
+                target = self._target(conn)
+                for m in inline:
+                    direct += d.write_rows(conn, target, layout.columns, m.batches(), None,
+                                           o.batch_size, o.qualified_table)
+            elif inline:
                 typed = self._stage(conn, typed=d.name != "postgresql")
                 for m in inline:
                     token = new_token()
@@ -710,7 +719,8 @@ class JdbcSink(BatchSink):
             for m in msgs:
                 if isinstance(m, StagedRows) and m.rows > 0:
                     expected[m.token] = m.rows
-            total = sum(expected.values())
+            staged_total = sum(expected.values())
+            total = staged_total + direct
             if expected:
                 where = sa.and_(stage.c.eo_batch == batch_id,
                                 stage.c.eo_attempt.in_(list(expected)))
@@ -727,11 +737,12 @@ class JdbcSink(BatchSink):
                                       [self._col(a) for a in o.accumulate], where)
                     if o.mode == "append" and applied is None:
                         self._verify_staged(conn, stage, batch_id, expected)
-                    elif o.mode == "append" and applied != total:
+                    elif o.mode == "append" and applied != staged_total:
                         self._verify_staged(conn, stage, batch_id, expected)
                         raise JdbcSinkError(
                             f"eo_jdbc sink {o.sink_id!r}: batch {batch_id}: applied {applied} "
-                            f"staged rows, the tasks reported {total}; nothing was committed")
+                            f"staged rows, the tasks reported {staged_total}; nothing was "
+                            "committed")
             # 5.
             self.commits.record(conn, o.sink_id, batch_id, total)
             # 6.
