@@ -69,7 +69,7 @@ class Db:
         return self.engine.dialect.identifier_preparer.quote(name)
 
 
-@pytest.fixture(params=["postgres", "sqlite", "mysql"])
+@pytest.fixture(params=["postgres", "sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
 def db(request: Any, tmp_path: Any) -> Iterator[Db]:
     if request.param == "postgres":
         url = request.getfixturevalue("postgres_url")

@@ -166,3 +166,32 @@ def test_append_checks_the_applied_row_count(db: str) -> None:
     with pytest.raises(JdbcSinkError, match=r"\(reported, found\) = \{\d+: \(2, 1\)\}"):
         sink.commit(0, [m])
     assert table(db, "app") == {}
+
+
+def test_transient_errors_are_retried_within_the_deadline(db: str) -> None:
+    sink = make(db, retry_deadline=5)
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "done"
+
+    assert sink._retrying("flaky step", flaky) == "done" and len(calls) == 3
+
+    def broken() -> None:
+        calls.append(1)
+        raise sqlite3.OperationalError("no such column: nope")
+
+    calls.clear()
+    with pytest.raises(JdbcSinkError, match="flaky step failed.*no such column") as e:
+        sink._retrying("flaky step", broken)
+    assert len(calls) == 1 and "gave up" not in str(e.value)  # fails fast
+
+    def always_locked() -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    short = make(db, retry_deadline=0.3)
+    with pytest.raises(JdbcSinkError, match="gave up after .* retryDeadline=0.3s"):
+        short._retrying("locked step", always_locked)
