@@ -186,15 +186,14 @@ def measure(df: Any, dsn: str, conn: Any, data: list[tuple[int, str, float]], ro
     return best
 
 
-def commit_overhead_ms(dsn: str, batches: int, table: str) -> tuple[float, float]:
+def commit_overhead_ms(dsn: str, batches: int, table: str, sink_id: str) -> tuple[float, float]:
     import pyarrow as pa
 
     from connectors.core.sink import TaskInfo
     from connectors.jdbc.sink import JdbcSink
 
     schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("x", pa.float64())])
-    sink = JdbcSink(sa_url(dsn), table, f"bench_overhead_{uuid.uuid4().hex[:8]}",
-                    create_table=True)
+    sink = JdbcSink(sa_url(dsn), table, sink_id, create_table=True)
     sink.check_schema(schema)
     times = []
     for b in range(batches):
@@ -248,12 +247,13 @@ def main(argv: list[str]) -> int:
         df.unpersist()
         secs_ours, secs_spark = best["eo_jdbc"], best["spark_jdbc"]
         secs_raw, secs_csv = best["raw_copy"], best["raw_copy_csv"]
-        median_ms, p95_ms = commit_overhead_ms(dsn, args.overhead_batches, t_over)
+        median_ms, p95_ms = commit_overhead_ms(dsn, args.overhead_batches, t_over,
+                                               sink_id + "_over")
         print(f"commit overhead: median {median_ms:.1f} ms, p95 {p95_ms:.1f} ms per batch",
               flush=True)
     finally:
         drop(conn, t_ours, t_spark, t_raw, t_csv, t_over, f"eo_stage_{sink_id}",
-             f"eo_stage_{sink_id}_warm")
+             f"eo_stage_{sink_id}_warm", f"eo_stage_{sink_id}_over")
         conn.execute("DELETE FROM eo_sink_commits WHERE sink_id LIKE 'bench_%'")
         conn.close()
         spark.stop()

@@ -417,6 +417,13 @@ class JdbcSink(BatchSink):
             _TABLES[key] = table
         return table
 
+    def _target_names(self) -> sa.Table:
+        """The target by column names only: enough to build statements, and it spares a
+        reflection in a fresh Python process (Spark may run the commit in one)."""
+        o = self.options
+        cols = [sa.Column(c.column, sa.types.NullType()) for c in self._require_layout().columns]
+        return sa.Table(o.table or "", sa.MetaData(), *cols, schema=o.table_schema)
+
     def _stage(self, conn: sa.Connection | None, typed: bool) -> sa.Table:
         """The staging table object. Only SQLAlchemy's bind processing needs real types
         (SQLite dates...), so PostgreSQL (COPY) and statement building use names alone."""
@@ -705,7 +712,8 @@ class JdbcSink(BatchSink):
             if inline and o.mode == "append":
                 # Appended rows need no set-based step: COPY/insert them into the target
                 # right here, inside the same transaction.
-                target = self._target(conn)
+                target = (self._target_names() if d.name == "postgresql"
+                          else self._target(conn))
                 for m in inline:
                     direct += d.write_rows(conn, target, layout.columns, m.batches(), None,
                                            o.batch_size, o.qualified_table)
@@ -731,7 +739,7 @@ class JdbcSink(BatchSink):
                 if o.mode == "sql":
                     self._apply_statement(conn, stage, where, layout)
                 else:
-                    applied = d.apply(conn, o.mode, self._target(conn), stage,
+                    applied = d.apply(conn, o.mode, self._target_names(), stage,
                                       [c.column for c in layout.columns],
                                       [self._col(k) for k in o.keys],
                                       [self._col(a) for a in o.accumulate], where)
