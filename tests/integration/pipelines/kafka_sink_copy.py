@@ -1,8 +1,7 @@
 """Recovery pipeline for the ``eo_kafka`` sink: topic A -> transform -> ``eo_kafka`` -> topic B.
 
 - Source: ``eo_kafka`` on topic A (written by the test with ``produce_exact``) with
-  ``maxOffsetsPerTrigger=--per-batch``, so there are several micro-batches. ``--source seq``
-  uses a deterministic test-only Python DataSource instead (same rows, no broker reads).
+  ``maxOffsetsPerTrigger=--per-batch``, so there are several micro-batches.
 - Transform: ``value = 'B:' || value``, key kept.
 - ``--shuffle``: ``repartition(2, key)`` before the sink, so the order of rows inside a writer
   partition is not stable across replays (the sink sorts before numbering). Without it the
@@ -19,13 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+from tests.integration.pipelines.common import pipeline_spark
 
 
 def record(i: int) -> tuple[bytes | None, bytes]:
@@ -35,63 +28,10 @@ def record(i: int) -> tuple[bytes | None, bytes]:
     return key, f"v{j}".encode()
 
 
-class _Range(InputPartition):
-    def __init__(self, start: int, end: int) -> None:
-        self.start = start
-        self.end = end
-
-
-class SeqReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.total = int(options["total"])
-        self.per_batch = int(options["perbatch"])
-
-    def initialOffset(self) -> dict:  # noqa: N802
-        return {"next": 0}
-
-    def getDefaultReadLimit(self):  # noqa: N802
-        return ReadMaxRows(self.per_batch)
-
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
-        pass
-
-    def latestOffset(self, start: dict, limit) -> dict:  # noqa: N802
-        begin = start["next"] if start else 0
-        if isinstance(limit, ReadAllAvailable):
-            return {"next": self.total}
-        return {"next": min(self.total, begin + limit.max_rows)}
-
-    def partitions(self, start: dict, end: dict):
-        s, e = start["next"], end["next"]
-        step = max(1, (e - s + 3) // 4)
-        return [_Range(a, min(e, a + step)) for a in range(s, e, step)]
-
-    def read(self, partition: _Range):
-        for i in range(partition.start, partition.end):
-            yield record(i)
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class SeqSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "eo_test_kafka_records"
-
-    def schema(self) -> str:
-        return "key binary, value binary"
-
-    def streamReader(self, schema):  # noqa: N802
-        return SeqReader(self.options)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--bootstrap", required=True)
-    p.add_argument("--source", choices=["kafka", "seq"], default="kafka")
     p.add_argument("--source-topic")
-    p.add_argument("--total", type=int, default=20000)
     p.add_argument("--sink-topic", required=True)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--wal", required=True)
@@ -102,35 +42,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--master", default="local[2]")
     args = p.parse_args(argv)
 
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("kafka-sink-copy")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
+    spark = pipeline_spark("kafka-sink-copy", args.master, "WARN")
+    stream = (
+        spark.readStream.format("eo_kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.source_topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.per_batch)
+        .load()
     )
-    spark.sparkContext.setLogLevel("WARN")
-    import connectors
-
-    connectors.register(spark)
-    if args.source == "kafka":
-        stream = (
-            spark.readStream.format("eo_kafka")
-            .option("kafka.bootstrap.servers", args.bootstrap)
-            .option("subscribe", args.source_topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", args.per_batch)
-            .load()
-        )
-    else:
-        spark.dataSource.register(SeqSource)
-        stream = (
-            spark.readStream.format("eo_test_kafka_records")
-            .option("total", args.total)
-            .option("perBatch", args.per_batch)
-            .load()
-        )
     out = stream.selectExpr("key", "concat(cast('B:' as binary), value) as value")
     if args.shuffle:
         # Rows reach a writer partition in shuffle-fetch order, which a replay may change.

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from pyspark.sql import SparkSession
+from tests.integration.pipelines.common import pipeline_spark
 
 
 def main(argv: list[str]) -> int:
@@ -28,19 +28,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rows", type=int, default=4000)
     args = p.parse_args(argv)
 
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("kafka-sink-retry")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    import connectors
+    spark = pipeline_spark("kafka-sink-retry", "local[2,4]", "ERROR")
     from connectors.kafka.sink import KafkaSink
 
-    connectors.register(spark)
     df = spark.range(0, args.rows, numPartitions=2).selectExpr(
         "cast(id % 100 as string) as key", "concat('row-', cast(id as string)) as value"
     )

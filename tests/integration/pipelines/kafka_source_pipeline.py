@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from pyspark.sql import SparkSession
-
-import connectors
+from tests.integration.pipelines.common import pipeline_spark
 
 
 def main() -> None:
@@ -26,16 +24,7 @@ def main() -> None:
     ap.add_argument("--per-batch", type=int, default=1000)
     args = ap.parse_args()
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kafka-source-recovery")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    connectors.register(spark)
+    spark = pipeline_spark("kafka-source-recovery", "local[2]", "WARN")
     df = (
         spark.readStream.format("eo_kafka")
         .option("kafka.bootstrap.servers", args.bootstrap)
