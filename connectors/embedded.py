@@ -11,6 +11,9 @@ Known gaps of this broker that callers must respect (production Kafka has none o
   transaction's commit marker is such a batch, so transactional producers are unaffected).
   :func:`produce_exact` ends each partition with a single-record batch for that reason.
   Fetch and partition EOF are always exact.
+- records of aborted transactions stay visible to read_committed readers, and a fenced
+  producer's ``commit_transaction`` times out instead of failing with PRODUCER_FENCED
+  (found by the Kafka sink's tests, which accept either outcome and still check exactness);
 - no CreatePartitions; approximate offset-for-timestamp; nothing survives a restart.
 """
 
