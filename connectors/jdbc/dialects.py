@@ -6,8 +6,9 @@ Everything that differs between databases lives here; the commit protocol in
 - ``create_stage``: the staging table ``eo_stage_<sink>`` with the target's column types plus
   the tags ``(eo_batch, eo_writer, eo_attempt)``. UNLOGGED on PostgreSQL.
 - ``write_rows``: append Arrow batches to the staging table inside the caller's transaction.
-  PostgreSQL streams CSV rendered by Arrow's C++ writer through ``COPY ... FROM STDIN``;
-  the others use batched ``executemany`` inserts through SQLAlchemy.
+  PostgreSQL streams ``COPY ... FROM STDIN`` in binary format (``pgbinary``) when every
+  column's type allows it, else CSV rendered by Arrow's C++ writer; the others use batched
+  ``executemany`` inserts through SQLAlchemy.
 - ``apply``: one set-based ``INSERT ... SELECT`` from the staging table into the target, with
   ``ON CONFLICT`` (PostgreSQL, SQLite) or ``ON DUPLICATE KEY UPDATE`` (MySQL) for upsert and
   accumulate.
@@ -22,6 +23,7 @@ strings.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -34,6 +36,7 @@ import sqlalchemy as sa
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.core.options import redact_url
+from connectors.jdbc import pgbinary
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +281,7 @@ class Dialect:
     """Generic SQLAlchemy behaviour; subclasses override what their database does better."""
 
     name = "generic"
+    tag_types: tuple[int, ...] = ()
 
     def __init__(self, url: sa.URL, busy_timeout: float) -> None:
         self.url = url
@@ -396,12 +400,18 @@ class Dialect:
             names.append(spec.column)
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
+    def column_types(self, conn: sa.Connection, table: sa.Table,
+                     names: Sequence[str]) -> tuple[int, ...] | None:
+        """The database's type ids of ``names`` in ``table`` (PostgreSQL: pg_type OIDs, which
+        choose the binary COPY format), or None where the dialect does not use them."""
+        return None
+
     def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
                    batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
-                   batch_size: int, table: str) -> int:
+                   batch_size: int, table: str, types: Sequence[int] | None = None) -> int:
         """Append rows with batched executemany inserts: to the staging table tagged with
         ``(batch, writer, token)``, or straight into ``stage`` (a target) when ``tags`` is
-        None."""
+        None. ``types`` (from ``column_types``) is unused here."""
         stmt = stage.insert()
         total = 0
         pending: list[dict[str, Any]] = []
@@ -444,6 +454,8 @@ class PostgresDialect(Dialect):
     """PostgreSQL through psycopg 3: COPY into an UNLOGGED staging table."""
 
     name = "postgresql"
+    #: pg_type OIDs of TAG_COLUMNS as ``create_stage`` makes them (bigint, integer, bigint)
+    tag_types = (pgbinary.INT8, pgbinary.INT4, pgbinary.INT8)
 
     def insert(self, table: sa.Table) -> Any:
         from sqlalchemy.dialects.postgresql import insert
@@ -495,22 +507,83 @@ class PostgresDialect(Dialect):
             names.append(spec.column)
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
+    def column_types(self, conn: sa.Connection, table: sa.Table,
+                     names: Sequence[str]) -> tuple[int, ...] | None:
+        from psycopg import sql
+
+        raw = conn.connection.driver_connection
+        rows = raw.execute(  # type: ignore[union-attr]
+            sql.SQL("SELECT attname, atttypid::int FROM pg_attribute WHERE attrelid = "
+                    "{}::regclass AND attnum > 0 AND NOT attisdropped").format(
+                sql.Literal(_pg_ident(table).as_string(raw))),
+        ).fetchall()
+        by_name = {str(n): int(oid) for n, oid in rows}
+        if any(n not in by_name for n in names):
+            return None
+        return tuple(by_name[n] for n in names)
+
     def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
                    batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
-                   batch_size: int, table: str) -> int:
-        """COPY ... FROM STDIN (FORMAT csv): Arrow renders the CSV in C++, psycopg streams it.
-        Tagged rows go to the staging table; with ``tags=None`` straight into ``stage``.
+                   batch_size: int, table: str, types: Sequence[int] | None = None) -> int:
+        """``COPY ... FROM STDIN``: tagged rows go to the staging table; with ``tags=None``
+        straight into ``stage``.
 
-        Arrow quotes every string (``quoting_style="needed"``), so an empty string is
-        ``""`` and a null is an empty unquoted field, exactly PostgreSQL's CSV convention.
+        Binary format (``connectors.jdbc.pgbinary``) when ``types`` (the pg_type OIDs of
+        the columns, from ``column_types``) are all ones whose binary form it renders
+        exactly; else CSV rendered by Arrow's C++ writer. Arrow quotes every string
+        (``quoting_style="needed"``), so an empty string is ``""`` and a null is an empty
+        unquoted field, exactly PostgreSQL's CSV convention.
         """
+        it = iter(batches)
+        first = next((b for b in it if b.num_rows > 0), None)
+        if first is None:
+            return 0
+        kinds = None
+        if types is not None:
+            kinds = pgbinary.kinds_for(first.schema, [s.name for s in specs], types)
+        rest = itertools.chain([first], it)
+        if kinds is None:
+            return self._copy_csv(conn, stage, specs, rest, tags, batch_size, table)
+        return self._copy_binary(conn, stage, specs, rest, tags, table, kinds)
+
+    def _copy_statement(self, stage: sa.Table, specs: Sequence[ColumnSpec], tagged: bool,
+                        fmt: str) -> Any:
         from psycopg import sql
+
+        names = [*(TAG_COLUMNS if tagged else ()), *[s.column for s in specs]]
+        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+            _pg_ident(stage), sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sql.SQL(fmt))
+
+    def _copy_binary(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
+                     batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
+                     table: str, kinds: list[str]) -> int:
+        tag_fields = [] if tags is None else [(">i8", tags[0]), (">i4", tags[1]),
+                                              (">i8", tags[2])]
+        raw = conn.connection.driver_connection
+        total = 0
+        copy_sql = self._copy_statement(stage, specs, tags is not None, "binary")
+        with raw.cursor() as cur, cur.copy(copy_sql) as copy:  # type: ignore[union-attr]
+            copy.write(pgbinary.HEADER)
+            for batch in batches:
+                n = batch.num_rows
+                if n == 0:
+                    continue
+                check_values(table, batch, specs)
+                columns = [batch.column(s.name) for s in specs]
+                for buf in pgbinary.encode(columns, kinds, tag_fields):
+                    copy.write(buf)
+                total += n
+            copy.write(pgbinary.TRAILER)
+        return total
+
+    def _copy_csv(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
+                  batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
+                  batch_size: int, table: str) -> int:
         from pyarrow import csv as pacsv
 
         names = [*(TAG_COLUMNS if tags else ()), *[s.column for s in specs]]
-        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-            _pg_ident(stage), sql.SQL(", ").join(sql.Identifier(n) for n in names)
-        )
+        copy_sql = self._copy_statement(stage, specs, tags is not None, "csv")
         options = pacsv.WriteOptions(include_header=False, quoting_style="needed",
                                      batch_size=max(1024, batch_size))
         raw = conn.connection.driver_connection

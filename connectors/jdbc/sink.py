@@ -28,6 +28,7 @@ from connectors.core.errors import ConnectorError, JdbcSinkError, OptionError
 from connectors.core.options import OptionReader, redact_url, stringify_options
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.jdbc.dialects import (
+    TAG_COLUMNS,
     ColumnSpec,
     Dialect,
     arrow_category,
@@ -211,6 +212,10 @@ class Layout:
     """What the driver learned about the tables (picklable; travels to the tasks)."""
 
     columns: tuple[ColumnSpec, ...]
+    # PostgreSQL: pg_type OIDs of the data columns in the staging table and in the target
+    # (they pick binary COPY); None elsewhere or when unknown.
+    stage_types: tuple[int, ...] | None = None
+    target_types: tuple[int, ...] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -503,7 +508,24 @@ class JdbcSink(BatchSink):
             if o.mode == "sql":
                 self._check_statement(schema)
             self._ensure_stage(conn, insp, target, specs, schema)
-            return Layout(tuple(specs))
+            return Layout(tuple(specs), *self._column_types(conn, target, specs))
+
+    def _column_types(self, conn: sa.Connection, target: sa.Table | None,
+                      specs: list[ColumnSpec]) -> tuple[tuple[int, ...] | None,
+                                                         tuple[int, ...] | None]:
+        """The database's type ids of the staging table's and the target's data columns
+        (the staging table's tags must be bigint, integer, bigint)."""
+        o = self.options
+        d = self.dialect
+        names = [s.column for s in specs]
+        stage = sa.Table(o.staging_table, sa.MetaData(), schema=o.staging_schema)
+        stage_types = d.column_types(conn, stage, [*TAG_COLUMNS, *names])
+        if stage_types is not None:
+            tags, stage_types = stage_types[:len(TAG_COLUMNS)], stage_types[len(TAG_COLUMNS):]
+            if tags != d.tag_types:
+                stage_types = None
+        target_types = d.column_types(conn, target, names) if target is not None else None
+        return stage_types, target_types
 
     def _create_target(self, conn: sa.Connection, schema: pa.Schema) -> None:
         o = self.options
@@ -652,13 +674,22 @@ class JdbcSink(BatchSink):
             else:
                 return InlineRows(task.writer_id, n, _to_ipc(held, layout))
         token = new_token()
+        # Durability of this staging transaction is not what exactly-once rests on. On
+        # PostgreSQL it writes only to an UNLOGGED table, so it writes no WAL but its commit
+        # record, and the server already skips the WAL flush for such a transaction: it is
+        # asynchronous whatever synchronous_commit says (measured: setting it off gains
+        # nothing). A server crash before the batch commits therefore loses staged rows
+        # (crash recovery also empties UNLOGGED tables); the commit then finds fewer rows
+        # than the tasks reported (append: the INSERT's row count; other modes: the
+        # per-attempt count in _verify_staged), fails the batch without touching the target,
+        # and Spark replays it. A lost staging commit is a failed batch, never silent loss.
         conn = self._retrying("connecting to stage rows", self._connect)
         try:
             with conn.begin():
                 stage = self._stage(conn, typed=self.dialect.name != "postgresql")
                 rows = self.dialect.write_rows(
                     conn, stage, layout.columns, batches, (task.batch_id, task.writer_id, token),
-                    self.options.batch_size, self.options.qualified_table)
+                    self.options.batch_size, self.options.qualified_table, layout.stage_types)
                 failpoints.hit("jdbc.before_stage_commit", task.batch_id)
         except ConnectorError:
             raise
@@ -716,14 +747,15 @@ class JdbcSink(BatchSink):
                           else self._target(conn))
                 for m in inline:
                     direct += d.write_rows(conn, target, layout.columns, m.batches(), None,
-                                           o.batch_size, o.qualified_table)
+                                           o.batch_size, o.qualified_table,
+                                           layout.target_types)
             elif inline:
                 typed = self._stage(conn, typed=d.name != "postgresql")
                 for m in inline:
                     token = new_token()
                     expected[token] = d.write_rows(
                         conn, typed, layout.columns, m.batches(), (batch_id, m.writer_id, token),
-                        o.batch_size, o.qualified_table)
+                        o.batch_size, o.qualified_table, layout.stage_types)
             for m in msgs:
                 if isinstance(m, StagedRows) and m.rows > 0:
                     expected[m.token] = m.rows
