@@ -21,8 +21,11 @@ partitions) is cached and counted before the Spark writers are timed, as the raw
 Python tuples are built before it is timed. Each figure is thus a writer's rate, not a
 generator's. ``commit_overhead_ms`` is the median time of the driver's commit
 step of one small batch (2 writers x 50 rows, already staged), over 100 batches: what
-exactly-once costs per micro-batch on top of writing the rows. Each throughput figure is
-the best of ``--repeat`` interleaved runs (default 2), because the machine may be shared.
+exactly-once costs per micro-batch on top of writing the rows. ``arrow_noop_s`` is the time
+of a Python DataSource writer that only counts its rows: the Spark job plus the JVM ->
+Python Arrow transfer, the floor under any Python writer (``eo_jdbc`` included). Each
+throughput figure is the best of ``--repeat`` interleaved runs (default 2), because the
+machine may be shared.
 
 Ends with one line: ``RESULT {json}`` (DESIGN.md section 11).
 """
@@ -128,6 +131,37 @@ def run_eo_jdbc(df: Any, dsn: str, table: str, sink_id: str, batch_id: int = 0) 
     return time.perf_counter() - started
 
 
+def register_noop(spark: Any) -> None:
+    """``bench_noop``: a Python DataSource writer that only counts the Arrow rows it gets.
+    Its time is the floor any Python writer pays before writing anything: the Spark job
+    and the JVM -> Python Arrow transfer."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class Counted(WriterCommitMessage):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> Counted:
+            return Counted(sum(batch.num_rows for batch in iterator))
+
+    class NoopSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_noop"
+
+        def writer(self, schema: Any, overwrite: bool) -> NoopWriter:
+            return NoopWriter()
+
+    spark.dataSource.register(NoopSource)
+
+
+def run_noop(df: Any) -> float:
+    started = time.perf_counter()
+    df.write.format("bench_noop").mode("append").save()
+    return time.perf_counter() - started
+
+
 def run_spark_jdbc(df: Any, dsn: str, table: str) -> float:
     url, props = jdbc_url(dsn)
     started = time.perf_counter()
@@ -173,6 +207,7 @@ def measure(df: Any, dsn: str, conn: Any, data: list[tuple[int, str, float]], ro
             "spark_jdbc": lambda rep=rep: run_spark_jdbc(df, dsn, t_spark),
             "raw_copy": lambda rep=rep: run_raw_copy(conn, data, t_raw),
             "raw_copy_csv": lambda rep=rep: run_raw_copy_csv(conn, data, t_csv),
+            "arrow_noop": lambda rep=rep: run_noop(df),
         }
         for name, run in runs.items():
             secs = run()
@@ -237,6 +272,8 @@ def main(argv: list[str]) -> int:
         # Warm-up: JVM, Python workers, JDBC driver class loading, psycopg/SQLAlchemy imports.
         run_eo_jdbc(frame(spark, 10_000), dsn, t_ours, sink_id + "_warm")
         run_spark_jdbc(frame(spark, 10_000), dsn, t_spark)
+        register_noop(spark)
+        run_noop(frame(spark, 10_000))
         conn.execute("TRUNCATE " + t_ours + ", " + t_spark)  # noqa: S608 - our own names
         df = frame(spark, args.rows).cache()
         df.count()
@@ -272,6 +309,7 @@ def main(argv: list[str]) -> int:
         "ratio_raw_copy": round(ours / raw, 3),
         "raw_copy_csv_rows_per_s": round(csv_rate),
         "ratio_raw_copy_csv": round(ours / csv_rate, 3),
+        "arrow_noop_s": round(best["arrow_noop"], 3),
         "commit_overhead_ms": round(median_ms, 2),
         "commit_overhead_p95_ms": round(p95_ms, 2),
         "overhead_batches": args.overhead_batches,
