@@ -300,10 +300,10 @@ class WebHdfsStorage(Storage):
 
     @contextlib.contextmanager
     def open_write(self, path: str) -> Iterator[IO[bytes]]:
-        # The hdfs client streams a chunked PUT from a background thread; pyarrow's writers
-        # also need tell(), which its writer lacks, hence the small wrapper.
+        # The hdfs client streams a chunked PUT from a background thread; its writer's
+        # tell() always answers 0, which would corrupt a parquet footer.
         with self._errors("write", path), self.client.write(path, overwrite=False) as writer:
-            yield _TellingWriter(writer)  # type: ignore[misc]
+            yield CountingStream(writer)  # type: ignore[misc]
 
     def read(self, path: str) -> bytes:
         with self._errors("read", path), self.client.read(path) as reader:
@@ -361,25 +361,30 @@ class WebHdfsStorage(Storage):
             self.client.makedirs(path)
 
 
-class _TellingWriter:
-    """A write-only binary stream over the hdfs client's writer, with tell() and closed."""
+class CountingStream:
+    """A write-only binary stream over another: counts bytes for ``tell()`` (pyarrow's
+    writers need it; the hdfs client's writer answers 0) and ignores ``close()``, because
+    the backend's context manager closes, and on local disks fsyncs, the real stream."""
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self._pos = 0
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.position = 0
         self.closed = False
 
-    def write(self, data: bytes) -> int:
-        view = bytes(data)
-        self._inner.write(view)
-        self._pos += len(view)
-        return len(view)
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.raw.write(view)  # type: ignore[arg-type]
+        self.position += view.nbytes
+        return view.nbytes
 
     def tell(self) -> int:
-        return self._pos
+        return self.position
 
     def flush(self) -> None:
-        return None
+        self.raw.flush()
+
+    def close(self) -> None:
+        self.closed = True
 
     def writable(self) -> bool:
         return True
@@ -389,9 +394,6 @@ class _TellingWriter:
 
     def seekable(self) -> bool:
         return False
-
-    def close(self) -> None:
-        self.closed = True
 
 
 @contextlib.contextmanager

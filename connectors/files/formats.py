@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import FileSinkError, OptionError
+from connectors.core.storage import CountingStream
 
 FORMATS = ("parquet", "jsonl", "csv")
 
@@ -135,40 +136,6 @@ class FileFormat:
         if self.name == "csv":
             return CsvWriter(stream, schema, codec, self.csv_header)
         return JsonLinesWriter(stream, schema, codec)
-
-
-class CountingStream:
-    """Wraps a storage stream: counts bytes (``tell`` for pyarrow) and ignores ``close``,
-    because the storage backend's context manager closes (and fsyncs) the real file."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.position = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.raw.write(view)
-        self.position += view.nbytes
-        return view.nbytes
-
-    def tell(self) -> int:
-        return self.position
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def close(self) -> None:
-        self.closed = True
-
-    def writable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
 
 
 class FormatWriter:
