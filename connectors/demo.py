@@ -214,11 +214,15 @@ def run_demo(args: argparse.Namespace) -> int:
         for k in range(args.kills):
             fp, target, jitter = args.crash_at, None, 0.0
             if not fp:
-                # Kill once the pipeline is a random 1-3 batches further, after a random
-                # delay: a random protocol step of a random batch, on any machine speed.
+                # Kill once the pipeline has planned a batch it had not planned before (a
+                # random 1-3 further), after a random delay: a random protocol step of a
+                # random batch, mid-stream, on any machine speed.
                 done = last_batch(cfg["checkpoint"])
-                target = min((-1 if done is None else done) + rng.randint(1, 3),
-                             max(0, n_batches - 2))
+                done = -1 if done is None else done
+                if done + 1 > n_batches - 1:
+                    say("  every batch is already planned: no mid-stream moment left to kill")
+                    break
+                target = min(done + rng.randint(1, 3), n_batches - 1)
                 jitter = rng.uniform(0.0, 2.0)
             what = f"failpoint {fp}" if fp else f"SIGKILL {jitter:.1f}s into batch {target}"
             say(f"run {k + 1}: pipeline with {what}")
