@@ -34,24 +34,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from _common import bench_spark  # noqa: E402
+
 
 def build_spark():  # noqa: ANN201
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-file-sink")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    import connectors
-
-    connectors.register(spark)
-    return spark
+    return bench_spark("bench-file-sink")
 
 
 def input_stream(spark, batch_rows: int):  # noqa: ANN001, ANN201

@@ -47,6 +47,8 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from _common import bench_spark  # noqa: E402
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -59,24 +61,8 @@ def jdbc_jar() -> str | None:
 
 
 def build_spark(jar: str | None) -> Any:
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-jdbc")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-    )
-    if jar:
-        builder = builder.config("spark.jars", jar)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    import connectors
-
-    connectors.register(spark)
-    return spark
+    # The JDBC driver jar is for Spark's baseline writer; it costs ours nothing.
+    return bench_spark("bench-jdbc", **({"spark.jars": jar} if jar else {}))
 
 
 def frame(spark: Any, rows: int) -> Any:

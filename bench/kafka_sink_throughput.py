@@ -41,7 +41,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from connectors.embedded import EmbeddedBroker, create_topic  # noqa: E402
+from _common import bench_broker, bench_spark  # noqa: E402
+
+from connectors.embedded import create_topic  # noqa: E402
 
 
 def raw_produce(
@@ -165,27 +167,9 @@ def main() -> None:
     ap.add_argument("--scan-rows", type=int, default=200_000)
     args = ap.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = bench_broker()
     try:
-        from pyspark.sql import SparkSession
-
-        import connectors
-
-        spark = (
-            SparkSession.builder.master("local[2]").appName("bench-kafka-sink")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "2g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("WARN")
-        connectors.register(spark)
+        spark = bench_spark("bench-kafka-sink")
         df = spark.range(0, args.rows, numPartitions=2).selectExpr(
             f"cast(rpad(cast(id as string), {args.value_bytes}, 'x') as binary) as value"
         ).cache()

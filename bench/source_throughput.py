@@ -33,7 +33,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from connectors.embedded import EmbeddedBroker, create_topic, produce_exact  # noqa: E402
+from _common import bench_broker, bench_spark  # noqa: E402
+
+from connectors.embedded import create_topic, produce_exact  # noqa: E402
 
 
 def produce(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes: int) -> None:
@@ -151,12 +153,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = bench_broker()
     try:
         topic = f"bench-source-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, args.partitions)
@@ -164,20 +161,7 @@ def main() -> None:
         produce(bootstrap, topic, args.rows, args.partitions, args.value_bytes)
         print(f"produced {args.rows} records in {time.perf_counter() - t0:.1f}s", flush=True)
 
-        from pyspark.sql import SparkSession
-
-        import connectors
-
-        spark = (
-            SparkSession.builder.master("local[2]").appName("bench-source")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "2g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("WARN")
-        connectors.register(spark)
+        spark = bench_spark("bench-source")
         warm = {topic: {str(p): 10 for p in range(args.partitions)}}
         spark_read(spark, bootstrap, topic, warm)  # starts the Python workers
 
