@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from connectors.kafka import close_cached_clients
+
 log = logging.getLogger("tests.services")
 
 REQUIRE = os.environ.get("CI", "").lower() == "true" or os.environ.get(
@@ -112,7 +114,14 @@ def kafka_bootstrap() -> Iterator[str]:
     try:
         yield broker.bootstrap
     finally:
+        release_kafka_clients()
         broker.stop()
+
+
+def release_kafka_clients() -> None:
+    """Before a broker stops: close the clients this process cached for it, or librdkafka
+    logs "Connection refused" until pytest exits."""
+    close_cached_clients()
 
 
 @pytest.fixture
@@ -132,6 +141,8 @@ def broker_factory() -> Iterator[Callable[[], str]]:
         return broker.bootstrap
 
     yield start
+    if started:
+        release_kafka_clients()
     for b in started:
         b.stop()
 

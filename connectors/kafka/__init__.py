@@ -1,0 +1,16 @@
+"""The Kafka source and sink. Their clients are cached per process (Python workers are reused
+across tasks); ``close_cached_clients`` releases them."""
+
+from __future__ import annotations
+
+
+def close_cached_clients() -> None:
+    """Close the Kafka clients this process cached: consumers of the source, producers and
+    admin clients of the sink. For a long-lived process (a driver, a test session) that
+    stops using a cluster: librdkafka clients otherwise keep reconnecting to it, and log
+    each failed attempt, until the process exits. The next read or write creates new ones."""
+    from connectors.kafka.consumer import close_cached_consumers
+    from connectors.kafka.sink import close_cached_producers
+
+    close_cached_consumers()
+    close_cached_producers()

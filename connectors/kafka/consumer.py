@@ -86,6 +86,12 @@ def drop_consumer(conf: Mapping[str, str]) -> None:
         _close_quietly(consumer)
 
 
+def close_cached_consumers() -> None:
+    """Close every consumer this process cached (see ``connectors.kafka.close_cached_clients``)."""
+    while _CONSUMERS:
+        _close_quietly(_CONSUMERS.popitem()[1])
+
+
 def _close_quietly(consumer: Any) -> None:
     try:
         consumer.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -209,6 +210,37 @@ def _cached_producer(conf: Mapping[str, str]) -> _ProducerSlot:
 def _evict_producer(conf: Mapping[str, str]) -> None:
     with _CACHE_LOCK:
         _PRODUCERS.pop(_conf_key(conf), None)
+
+
+def close_cached_producers(timeout: float = 5.0) -> None:
+    """Flush (up to ``timeout`` seconds each) and drop every producer and admin client this
+    process cached (see ``connectors.kafka.close_cached_clients``)."""
+    with _CACHE_LOCK:
+        slots = list(_PRODUCERS.values())
+        _PRODUCERS.clear()
+        _ADMINS.clear()
+    for slot in slots:
+        _close_producer(slot.producer, timeout)
+
+
+def _close_producer(producer: Any, timeout: float) -> None:
+    """Flush for up to ``timeout`` seconds, drop what is left, and shut the client down."""
+    left = producer.flush(timeout)
+    if left:
+        log.warning("%s: closing a producer with %d undelivered records", FAMILY, left)
+        producer.purge()
+    close = getattr(producer, "close", None)  # Producer.close: confluent-kafka >= 2.11
+    if close is not None:
+        # A fenced or failed transactional producer cannot abort its transaction again;
+        # close() says so in a RuntimeWarning. The producer is discarded either way.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - see above
+                log.debug("%s: closing a producer: %s", FAMILY, e)
+        for w in caught:
+            log.debug("%s: closing a producer: %s", FAMILY, w.message)
 
 
 # -- rows of one task, ready to produce -------------------------------------------------------
@@ -628,6 +660,12 @@ class KafkaSink(BatchSink):
         except BaseException:
             self._after_failure(handle)
             raise
+        finally:
+            if txn_producer is not None:
+                # A transactional producer serves one task attempt: release it now, not
+                # whenever the garbage collector gets to it (a failed attempt's producer
+                # is kept alive by the exception's traceback).
+                _close_producer(txn_producer, min(self.flush_timeout, 30.0))
         report.partitions = _partition_counts(tp_of, target_ids)
         report.seconds = time.perf_counter() - began
         log.info("%s %s: batch %d writer %d produced %d, skipped %d in %.2fs", FAMILY,
