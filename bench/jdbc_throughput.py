@@ -278,8 +278,9 @@ def main(argv: list[str]) -> int:
         print(f"commit overhead: median {median_ms:.1f} ms, p95 {p95_ms:.1f} ms per batch",
               flush=True)
     finally:
-        drop(conn, t_ours, t_spark, t_raw, t_csv, t_over, f"eo_stage_{sink_id}",
-             f"eo_stage_{sink_id}_warm", f"eo_stage_{sink_id}_over")
+        stages = [f"eo_stage_{sink_id}{s}" for s in ("", "_warm", "_over")]
+        drop(conn, t_ours, t_spark, t_raw, t_csv, t_over, *stages,
+             *[f"{t}_blocks" for t in stages])
         conn.execute("DELETE FROM eo_sink_commits WHERE sink_id LIKE 'bench_%'")
         conn.close()
         spark.stop()

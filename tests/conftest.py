@@ -233,7 +233,9 @@ def pg_table(postgres_dsn: str) -> Iterator[Callable[[str], str]]:
     yield make
     with contextlib.suppress(Exception), psycopg.connect(postgres_dsn, autocommit=True) as conn:
         for n in names:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(n)))
+            # and the staging tables of a sink named after it (the tests' s_<table>)
+            for t in (n, f"eo_stage_s_{n}", f"eo_stage_s_{n}_blocks"):
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(t)))
 
 
 # -- MariaDB/MySQL (optional dialect: skipped with the reason when absent, even in CI) -------

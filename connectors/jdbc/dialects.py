@@ -13,6 +13,10 @@ Everything that differs between databases lives here; the commit protocol in
   ``ON CONFLICT`` (PostgreSQL, SQLite) or ``ON DUPLICATE KEY UPDATE`` (MySQL) for upsert and
   accumulate.
 - ``clear_stage``: remove staged rows of committed/aborted batches.
+- PostgreSQL append only, ``*_blocks``: each task stages its rows as binary COPY data in a few
+  large ``bytea`` blocks (``eo_stage_<sink>_blocks``), and the commit streams them into one
+  ``COPY target FROM STDIN``. The server parses each row once, at commit, and COPY inserts
+  page by page: half the WAL of ``INSERT ... SELECT`` and no row-by-row staging.
 - ``is_transient``: which errors are worth retrying (lost connection, serialization failure,
   deadlock, a locked SQLite file).
 
@@ -611,15 +615,119 @@ class PostgresDialect(Dialect):
                 total += n
         return total
 
+    # -- append through blocks --------------------------------------------------------
+    def create_blocks(self, conn: sa.Connection, blocks: sa.Table) -> None:
+        """The block table: one row per block of an attempt's binary COPY stream. EXTERNAL
+        storage keeps PostgreSQL from compressing the blocks (they are read once)."""
+        from psycopg import sql
+
+        raw = conn.connection.driver_connection
+        ident = _pg_ident(blocks)
+        raw.execute(sql.SQL(  # type: ignore[union-attr]
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {} (eo_batch bigint NOT NULL, eo_writer integer "
+            "NOT NULL, eo_attempt bigint NOT NULL, eo_seq integer NOT NULL, eo_rows bigint NOT "
+            "NULL, eo_data bytea NOT NULL)").format(ident))
+        raw.execute(sql.SQL(  # type: ignore[union-attr]
+            "ALTER TABLE {} ALTER COLUMN eo_data SET STORAGE EXTERNAL").format(ident))
+
+    def write_blocks(self, conn: sa.Connection, blocks: sa.Table, specs: Sequence[ColumnSpec],
+                     batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int], table: str,
+                     kinds: list[str]) -> tuple[int, int]:
+        """Stage ``batches`` as the binary COPY tuples of the target's columns, cut into
+        blocks of ``BLOCK_BYTES`` (a cut may fall inside a tuple: the commit concatenates an
+        attempt's blocks in ``eo_seq`` order). ``eo_rows`` counts the rows completed in each
+        block; their sum is the attempt's row count. Returns ``(rows, blocks)``."""
+        from psycopg import sql
+
+        raw = conn.connection.driver_connection
+        copy_sql = sql.SQL(
+            "COPY {} (eo_batch, eo_writer, eo_attempt, eo_seq, eo_rows, eo_data) FROM STDIN "
+            "(FORMAT binary)").format(_pg_ident(blocks))
+        total = done = seq = 0
+        block = bytearray()
+        with raw.cursor() as cur, cur.copy(copy_sql) as copy:  # type: ignore[union-attr]
+            copy.set_types(["int8", "int4", "int8", "int4", "int8", "bytea"])
+
+            def put() -> None:
+                nonlocal seq, done
+                copy.write_row((*tags, seq, done, bytes(block)))
+                seq, done = seq + 1, 0
+                block.clear()
+
+            for batch in batches:
+                n = batch.num_rows
+                if n == 0:
+                    continue
+                check_values(table, batch, specs)
+                columns = [batch.column(s.name) for s in specs]
+                for piece in pgbinary.encode(columns, kinds):
+                    view = memoryview(piece)  # type: ignore[arg-type]
+                    while len(view):
+                        take = BLOCK_BYTES - len(block)
+                        block += view[:take]
+                        view = view[take:]
+                        if len(block) >= BLOCK_BYTES:
+                            put()
+                done += n
+                total += n
+            if block or done:
+                put()
+        return total, seq
+
+    def block_counts(self, conn: sa.Connection, blocks: sa.Table, batch_id: int,
+                     attempts: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """``attempt -> (rows, blocks)`` staged for ``batch_id`` (reads no block data)."""
+        from psycopg import sql
+
+        raw = conn.connection.driver_connection
+        rows = raw.execute(sql.SQL(  # type: ignore[union-attr]
+            "SELECT eo_attempt, sum(eo_rows), count(DISTINCT eo_seq) FROM {} WHERE eo_batch = "
+            "%s AND eo_attempt = ANY(%s) GROUP BY eo_attempt").format(_pg_ident(blocks)),
+            (batch_id, list(attempts)))
+        return {int(a): (int(n), int(k)) for a, n, k in rows.fetchall()}
+
+    def copy_blocks(self, conn: sa.Connection, reader: sa.Connection, target: sa.Table,
+                    specs: Sequence[ColumnSpec], blocks: sa.Table, batch_id: int,
+                    attempts: Sequence[int]) -> int:
+        """``COPY target FROM STDIN`` on ``conn`` (the commit transaction), fed with the
+        attempts' blocks in order, streamed one block at a time from ``reader`` (a second
+        connection: ``conn`` is busy with the COPY). Returns the rows the server copied."""
+        from psycopg import sql
+
+        raw = conn.connection.driver_connection
+        source = reader.connection.driver_connection
+        select = sql.SQL("SELECT eo_data FROM {} WHERE eo_batch = %s AND eo_attempt = %s "
+                         "ORDER BY eo_seq").format(_pg_ident(blocks))
+        with raw.cursor() as cur:  # type: ignore[union-attr]
+            with cur.copy(self._copy_statement(target, specs, False, "binary")) as copy:
+                copy.write(pgbinary.HEADER)
+                for attempt in attempts:
+                    with source.cursor() as rcur:  # type: ignore[union-attr]
+                        for (data,) in rcur.stream(select, (batch_id, attempt)):
+                            copy.write(data)
+                copy.write(pgbinary.TRAILER)
+            return int(cur.rowcount)
+
+    def clear_blocks(self, conn: sa.Connection, blocks: sa.Table, up_to_batch: int,
+                     rows: int) -> None:
+        """Remove the blocks of batches ``<= up_to_batch``: DELETE after a small batch
+        (cheaper than TRUNCATE's fixed cost; autovacuum takes the few dead rows), else
+        TRUNCATE."""
+        if rows > SMALL_BLOCK_ROWS:
+            _truncate_unless_empty(conn, blocks)
+            return
+        from psycopg import sql
+
+        raw = conn.connection.driver_connection
+        raw.execute(sql.SQL("DELETE FROM {} WHERE eo_batch <= %s").format(  # type: ignore[union-attr]
+            _pg_ident(blocks)), (up_to_batch,))
+
     def clear_stage(self, conn: sa.Connection, stage: sa.Table, up_to_batch: int) -> None:
         """TRUNCATE: O(1) where DELETE rewrites every row. The staging table only ever holds
         rows the current commit needs (Spark commits one batch at a time and a replay
         stages again); if a second writer wrongly shared this sink_id, its commit would
         find its rows missing and fail instead of losing them (see the staged-row check)."""
-        from psycopg import sql
-
-        raw = conn.connection.driver_connection
-        raw.execute(sql.SQL("TRUNCATE {}").format(_pg_ident(stage)))  # type: ignore[union-attr]
+        _truncate_unless_empty(conn, stage)
 
     def is_transient(self, exc: BaseException) -> bool:
         if super().is_transient(exc):
@@ -630,6 +738,8 @@ class PostgresDialect(Dialect):
         if not isinstance(orig, psycopg.Error):
             return False
         state = orig.sqlstate or ""
+        if state == "08P01":  # protocol violation (e.g. a malformed COPY stream): a bug
+            return False
         if state.startswith("08") or state in ("40001", "40P01", "57P01", "57P02", "57P03",
                                                "53300"):
             return True
@@ -719,6 +829,24 @@ class MysqlDialect(Dialect):
         orig = getattr(exc, "orig", None) or exc
         args: Any = getattr(orig, "args", ())
         return bool(args) and args[0] in self._TRANSIENT_CODES
+
+
+#: Size of one staged block: a task holds at most this much encoded data in memory.
+BLOCK_BYTES = 8 << 20
+#: Up to this many rows in a batch's blocks, the commit DELETEs them instead of TRUNCATE.
+SMALL_BLOCK_ROWS = 10_000
+
+
+def _truncate_unless_empty(conn: sa.Connection, table: sa.Table) -> None:
+    """TRUNCATE costs about 2 ms whatever the size (a new relfilenode); an empty table
+    (a batch that staged nothing there) skips it for a one-row probe."""
+    from psycopg import sql
+
+    raw = conn.connection.driver_connection
+    ident = _pg_ident(table)
+    probe = raw.execute(sql.SQL("SELECT 1 FROM {} LIMIT 1").format(ident))  # type: ignore[union-attr]
+    if probe.fetchone() is not None:
+        raw.execute(sql.SQL("TRUNCATE {}").format(ident))  # type: ignore[union-attr]
 
 
 def _pg_ident(table: sa.Table) -> Any:

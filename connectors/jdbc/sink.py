@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import io
+import itertools
 import logging
 import re
 import threading
@@ -27,6 +28,7 @@ from connectors.core import failpoints
 from connectors.core.errors import ConnectorError, JdbcSinkError, OptionError
 from connectors.core.options import OptionReader, redact_url, stringify_options
 from connectors.core.sink import BatchSink, TaskInfo
+from connectors.jdbc import pgbinary
 from connectors.jdbc.dialects import (
     TAG_COLUMNS,
     ColumnSpec,
@@ -110,6 +112,15 @@ class JdbcSinkOptions:
     @property
     def redacted_url(self) -> str:
         return redact_url(self.url)
+
+    @property
+    def blocks_table(self) -> str:
+        """``<staging table>_blocks``: PostgreSQL append stages binary COPY blocks here."""
+        name = f"{self.staging_table}_blocks"
+        if len(name) <= 63:
+            return name
+        digest = sha256(self.staging_table.encode()).hexdigest()[:8]
+        return f"{self.staging_table[:46]}_{digest}_blocks"
 
     @property
     def qualified_table(self) -> str:
@@ -216,6 +227,8 @@ class Layout:
     # (they pick binary COPY); None elsewhere or when unknown.
     stage_types: tuple[int, ...] | None = None
     target_types: tuple[int, ...] | None = None
+    # PostgreSQL append whose columns all have a binary COPY form: tasks stage blocks.
+    blocks: bool = False
 
     @property
     def names(self) -> list[str]:
@@ -229,6 +242,16 @@ class StagedRows:
     writer_id: int
     token: int
     rows: int
+
+
+@dataclass(frozen=True)
+class StagedBlocks:
+    """Stage message: this attempt's rows are binary COPY blocks under ``token``."""
+
+    writer_id: int
+    token: int
+    rows: int
+    blocks: int
 
 
 @dataclass(frozen=True)
@@ -277,6 +300,8 @@ class JdbcSink(BatchSink):
        modes stage them, all inside this transaction.
     3. Check that the staging table holds exactly the rows each winning attempt reported.
     4. Apply the winning attempts' rows to the target, set-based (``INSERT ... SELECT``).
+       PostgreSQL append stages binary COPY blocks instead: check each attempt's row and
+       block counts, then stream its blocks into one ``COPY target FROM STDIN``.
     5. Move the commit row to ``B``.
     6. Delete staged rows of batches ``<= B`` (losing attempts, orphans of crashed runs).
     7. COMMIT. Failpoints: ``jdbc.after_stage`` (task), ``jdbc.before_commit``,
@@ -447,6 +472,10 @@ class JdbcSink(BatchSink):
         return self.dialect.stage_table(o.staging_table, o.staging_schema,
                                         [(c.column, sa.types.NullType()) for c in layout.columns])
 
+    def _blocks(self) -> sa.Table:
+        return sa.Table(self.options.blocks_table, sa.MetaData(),
+                        schema=self.options.staging_schema)
+
     def _require_layout(self) -> Layout:
         if self._layout is None:
             raise ConnectorError(
@@ -508,7 +537,14 @@ class JdbcSink(BatchSink):
             if o.mode == "sql":
                 self._check_statement(schema)
             self._ensure_stage(conn, insp, target, specs, schema)
-            return Layout(tuple(specs), *self._column_types(conn, target, specs))
+            stage_types, target_types = self._column_types(conn, target, specs)
+            blocks = (o.mode == "append" and self.dialect.name == "postgresql"
+                      and target_types is not None and pgbinary.kinds_for(
+                          schema, [s.name for s in specs], target_types) is not None)
+            if blocks:
+                self.dialect.create_blocks(  # type: ignore[attr-defined]
+                    conn, self._blocks())
+            return Layout(tuple(specs), stage_types, target_types, blocks)
 
     def _column_types(self, conn: sa.Connection, target: sa.Table | None,
                       specs: list[ColumnSpec]) -> tuple[tuple[int, ...] | None,
@@ -683,13 +719,28 @@ class JdbcSink(BatchSink):
         # than the tasks reported (append: the INSERT's row count; other modes: the
         # per-attempt count in _verify_staged), fails the batch without touching the target,
         # and Spark replays it. A lost staging commit is a failed batch, never silent loss.
+        tags = (task.batch_id, task.writer_id, token)
+        kinds = None
+        if layout.blocks and layout.target_types is not None:
+            it = iter(batches)
+            first = next((b for b in it if b.num_rows > 0), None)
+            if first is None:
+                return StagedRows(task.writer_id, token, 0)
+            batches = itertools.chain([first], it)
+            # The schema the driver checked; a batch that differs stages rows instead.
+            kinds = pgbinary.kinds_for(first.schema, layout.names, layout.target_types)
         conn = self._retrying("connecting to stage rows", self._connect)
         try:
             with conn.begin():
-                stage = self._stage(conn, typed=self.dialect.name != "postgresql")
-                rows = self.dialect.write_rows(
-                    conn, stage, layout.columns, batches, (task.batch_id, task.writer_id, token),
-                    self.options.batch_size, self.options.qualified_table, layout.stage_types)
+                if kinds is not None:
+                    rows, n_blocks = self.dialect.write_blocks(  # type: ignore[attr-defined]
+                        conn, self._blocks(), layout.columns, batches, tags,
+                        self.options.qualified_table, kinds)
+                else:
+                    stage = self._stage(conn, typed=self.dialect.name != "postgresql")
+                    rows = self.dialect.write_rows(
+                        conn, stage, layout.columns, batches, tags, self.options.batch_size,
+                        self.options.qualified_table, layout.stage_types)
                 failpoints.hit("jdbc.before_stage_commit", task.batch_id)
         except ConnectorError:
             raise
@@ -700,6 +751,8 @@ class JdbcSink(BatchSink):
         failpoints.hit("jdbc.after_stage", task.batch_id)
         log.debug("eo_jdbc sink %s: staged %d rows of batch %d writer %d", self.options.sink_id,
                   rows, task.batch_id, task.writer_id)
+        if kinds is not None:
+            return StagedBlocks(task.writer_id, token, rows, n_blocks)
         return StagedRows(task.writer_id, token, rows)
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
@@ -734,7 +787,7 @@ class JdbcSink(BatchSink):
             # 1.
             last = self.commits.lock(conn, o.sink_id)
             if last is not None and last >= batch_id:
-                d.clear_stage(conn, stage, batch_id)
+                self._clear(conn, stage, batch_id, sum(m.rows for m in msgs))
                 return None
             # 2.
             expected: dict[int, int] = {}
@@ -759,6 +812,11 @@ class JdbcSink(BatchSink):
             for m in msgs:
                 if isinstance(m, StagedRows) and m.rows > 0:
                     expected[m.token] = m.rows
+            blocks = {m.token: (m.rows, m.blocks) for m in sorted(msgs, key=lambda m: m.writer_id)
+                      if isinstance(m, StagedBlocks) and m.rows > 0}
+            if blocks:
+                # 3. + 4. for PostgreSQL append: COPY the attempts' blocks into the target.
+                direct += self._apply_blocks(conn, batch_id, blocks)
             staged_total = sum(expected.values())
             total = staged_total + direct
             if expected:
@@ -786,7 +844,7 @@ class JdbcSink(BatchSink):
             # 5.
             self.commits.record(conn, o.sink_id, batch_id, total)
             # 6.
-            d.clear_stage(conn, stage, batch_id)
+            self._clear(conn, stage, batch_id, sum(rows for rows, _ in blocks.values()))
             failpoints.hit("jdbc.before_commit", batch_id)
         # 7. (the context manager committed)
         return total
@@ -805,14 +863,46 @@ class JdbcSink(BatchSink):
             .where(stage.c.eo_batch == batch_id, stage.c.eo_attempt.in_(list(expected)))
             .group_by(stage.c.eo_attempt)
         ).all())
+        self._check_staged(batch_id, self.options.staging_table, expected, counts)
+
+    def _check_staged(self, batch_id: int, table: str, expected: dict[int, Any],
+                      counts: dict[int, Any]) -> None:
         bad = {t: (n, counts.get(t, 0)) for t, n in expected.items() if counts.get(t, 0) != n}
         if bad:
             raise JdbcSinkError(
                 f"eo_jdbc sink {self.options.sink_id!r}: batch {batch_id}: staging table "
-                f"{self.options.staging_table!r} does not hold the rows the tasks reported "
+                f"{table!r} does not hold the rows the tasks reported "
                 f"(attempt: (reported, found) = {bad}); is another query using the same "
                 "sink_id? Nothing was committed"
             )
+
+    def _apply_blocks(self, conn: sa.Connection, batch_id: int,
+                      expected: dict[int, tuple[int, int]]) -> int:
+        """Check the staged (rows, blocks) of each attempt, then COPY the blocks into the
+        target inside the commit transaction; the server must report exactly the rows the
+        tasks staged."""
+        d: Any = self.dialect
+        blocks = self._blocks()
+        counts = d.block_counts(conn, blocks, batch_id, list(expected))
+        self._check_staged(batch_id, self.options.blocks_table, expected, counts)
+        with self._connect() as reader:  # closed (locks released) before step 6's TRUNCATE
+            copied = d.copy_blocks(conn, reader, self._target_names(),
+                                   self._require_layout().columns, blocks, batch_id,
+                                   list(expected))
+        staged = sum(rows for rows, _ in expected.values())
+        if copied != staged:
+            raise JdbcSinkError(
+                f"eo_jdbc sink {self.options.sink_id!r}: batch {batch_id}: COPY into "
+                f"{self.options.qualified_table!r} took {copied} rows, the tasks staged "
+                f"{staged}; nothing was committed")
+        return copied
+
+    def _clear(self, conn: sa.Connection, stage: sa.Table, batch_id: int,
+               block_rows: int = 0) -> None:
+        self.dialect.clear_stage(conn, stage, batch_id)
+        if self._require_layout().blocks:
+            self.dialect.clear_blocks(  # type: ignore[attr-defined]
+                conn, self._blocks(), batch_id, block_rows)
 
     def _apply_statement(self, conn: sa.Connection, stage: sa.Table, where: Any,
                          layout: Layout) -> None:
@@ -834,8 +924,14 @@ class JdbcSink(BatchSink):
             with self._connect() as conn, conn.begin():
                 stage = sa.Table(o.staging_table, sa.MetaData(),
                                  sa.Column("eo_batch", sa.BigInteger), schema=o.staging_schema)
-                if sa.inspect(conn).has_table(o.staging_table, schema=o.staging_schema):
+                insp = sa.inspect(conn)
+                if insp.has_table(o.staging_table, schema=o.staging_schema):
                     conn.execute(stage.delete().where(stage.c.eo_batch == batch_id))
+                if insp.has_table(o.blocks_table, schema=o.staging_schema):
+                    blocks = sa.Table(o.blocks_table, sa.MetaData(),
+                                      sa.Column("eo_batch", sa.BigInteger),
+                                      schema=o.staging_schema)
+                    conn.execute(blocks.delete().where(blocks.c.eo_batch == batch_id))
         except Exception as e:  # noqa: BLE001 - see docstring
             log.warning("eo_jdbc sink %s: could not remove staged rows of aborted batch %d "
                         "(the next commit removes them): %s", o.sink_id, batch_id,

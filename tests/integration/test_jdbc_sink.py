@@ -332,14 +332,17 @@ def test_python_api_errors_are_typed() -> None:
 
 
 # -- atomicity of parallel staged writes -------------------------------------------------------
+@pytest.mark.parametrize("mode", ["accumulate", "append"])
 def test_parallel_staged_batches_become_visible_atomically(spark: Any, postgres_url: str,
-                                                          pg_table: Any) -> None:
-    """4 tasks stage each batch in parallel; a reader polling the target meanwhile must only
-    ever see whole batches (sums at batch boundaries), never a part of one."""
+                                                          pg_table: Any, mode: str) -> None:
+    """4 tasks stage each batch in parallel (rows for accumulate, binary blocks for append);
+    a reader polling the target meanwhile must only ever see whole batches (sums at batch
+    boundaries), never a part of one."""
     db = Db("postgres", postgres_url)
     t = pg_table("atomic")
-    sink = JdbcSink(postgres_url, t, f"s_{t}", mode="accumulate", keys="k", accumulate="n",
-                    create_table=True, small_batch_rows=0)
+    keyed = {"keys": "k", "accumulate": "n"} if mode == "accumulate" else {}
+    sink = JdbcSink(postgres_url, t, f"s_{t}", mode=mode, create_table=True,
+                    small_batch_rows=0, **keyed)
     rows_per_batch, batches = 20_000, 5
     boundaries = {0}
     for b in range(batches):
@@ -376,6 +379,7 @@ def test_parallel_staged_batches_become_visible_atomically(spark: Any, postgres_
     assert sum(n for _, n in db.rows(t)) == batches * rows_per_batch
     assert db.committed(f"s_{t}") == batches - 1
     db.exec(f"DROP TABLE IF EXISTS {db.quote('eo_stage_s_' + t)}")
+    db.exec(f"DROP TABLE IF EXISTS {db.quote('eo_stage_s_' + t + '_blocks')}")
 
 
 @contextlib.contextmanager
