@@ -108,6 +108,7 @@ class JdbcSinkOptions:
     staging_table: str = ""
     staging_schema: str | None = None
     small_batch_rows: int = 10_000
+    stage_blocks: bool = True
 
     @property
     def redacted_url(self) -> str:
@@ -196,6 +197,7 @@ class JdbcSinkOptions:
         else:
             stage_schema, stage_name = (schema if table else meta_schema), staging_name(sink_id)
         small = r.integer("smallBatchRows", 10_000, minimum=0)
+        stage_blocks = r.boolean("stageBlocks", True)
         r.warn_unknown(ignore=("batchId",))
         return cls(
             url=url.render_as_string(hide_password=False),
@@ -215,6 +217,7 @@ class JdbcSinkOptions:
             staging_table=stage_name,
             staging_schema=stage_schema,
             small_batch_rows=10_000 if small is None else small,
+            stage_blocks=bool(stage_blocks),
         )
 
 
@@ -327,6 +330,7 @@ class JdbcSink(BatchSink):
         metadata_table: str = DEFAULT_NAME,
         staging_table: str | None = None,
         small_batch_rows: int = 10_000,
+        stage_blocks: bool = True,
     ) -> None:
         raw = stringify_options({
             "url": url,
@@ -343,6 +347,7 @@ class JdbcSink(BatchSink):
             "metadataTable": metadata_table,
             "stagingTable": staging_table,
             "smallBatchRows": small_batch_rows,
+            "stageBlocks": stage_blocks,
         })
         self._init(JdbcSinkOptions.from_options(raw))
 
@@ -538,7 +543,7 @@ class JdbcSink(BatchSink):
                 self._check_statement(schema)
             self._ensure_stage(conn, insp, target, specs, schema)
             stage_types, target_types = self._column_types(conn, target, specs)
-            blocks = (o.mode == "append" and self.dialect.name == "postgresql"
+            blocks = (o.mode == "append" and o.stage_blocks and self.dialect.name == "postgresql"
                       and target_types is not None and pgbinary.kinds_for(
                           schema, [s.name for s in specs], target_types) is not None)
             if blocks:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from connectors.core.errors import JdbcSinkError
+from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.core.sink import TaskInfo
 from connectors.jdbc import dialects, pgbinary
 from connectors.jdbc.sink import JdbcSink, StagedBlocks, StagedRows
@@ -167,6 +167,25 @@ def test_staged_blocks_commit_the_winning_attempts_once(
         count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(t)))
         assert count.fetchone() == (250,)
     assert sink.last_committed() == 0
+
+
+def test_stage_blocks_false_stages_rows(postgres_dsn: str, postgres_url: str,
+                                        pg_table: Callable[[str], str]) -> None:
+    t = pg_table("noblocks")
+    create(postgres_dsn, t, "id bigint")
+    schema = pa.schema([("id", pa.int64())])
+    sink = JdbcSink.from_options({"url": postgres_url, "table": t, "sink_id": f"s_{t}",
+                                  "stageblocks": "false"})
+    sink.check_schema(schema)
+    assert sink._layout is not None and not sink._layout.blocks
+    msg = sink.stage(TaskInfo(0, 0), iter([pa.record_batch({"id": [1, 2, 3]}, schema=schema)]))
+    assert isinstance(msg, StagedRows)
+    sink.commit(0, [msg])
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        got = conn.execute(sql.SQL("SELECT sum(id) FROM {}").format(sql.Identifier(t)))
+        assert got.fetchone() == (6,)
+    with pytest.raises(OptionError, match="stageBlocks"):
+        JdbcSink(postgres_url, t, f"s_{t}", stage_blocks="sometimes")  # type: ignore[arg-type]
 
 
 def test_append_of_a_type_without_binary_form_stages_rows(
