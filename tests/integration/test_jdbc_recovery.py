@@ -1,4 +1,4 @@
-"""Recovery: Kafka -> word count per micro-batch -> eo_jdbc accumulate into PostgreSQL.
+"""Recovery: Kafka -> word count per micro-batch -> eo_jdbc accumulate (and append) into PostgreSQL.
 
 ``count = count + new`` is not idempotent: a batch applied twice would show in the table.
 One pipeline per configuration is killed (SIGKILL of the whole process group: driver, JVM
@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from connectors.jdbc.sink import staging_name
 from tests.helpers import run_pipeline
 from tests.integration.pipelines.jdbc_wordcount import line
 
@@ -64,14 +65,17 @@ def counts_through_batch(checkpoint: str, batch: int | None) -> dict[str, int]:
 class Target:
     def __init__(self, url: str, table: str, sink_id: str) -> None:
         self.url, self.table, self.sink_id = url, table, sink_id
+        self.stage = staging_name(sink_id)
         self.engine = sa.create_engine(url)
 
     def counts(self) -> dict[str, int]:
+        """word -> count (summed: append mode holds one (word, 1) row per word seen)."""
         with self.engine.connect() as c:
             if not sa.inspect(c).has_table(self.table):
                 return {}
             t = sa.Table(self.table, sa.MetaData(), autoload_with=c)
-            return {w: int(n) for w, n in c.execute(sa.select(t.c.word, t.c.n))}
+            rows = c.execute(sa.select(t.c.word, sa.func.sum(t.c.n)).group_by(t.c.word))
+            return {w: int(n) for w, n in rows}
 
     def committed(self) -> int | None:
         with self.engine.connect() as c:
@@ -82,17 +86,21 @@ class Target:
         return None if row is None or row[0] < 0 else int(row[0])
 
     def staged_writers(self, batch: int) -> set[int]:
-        stage = f"eo_stage_{self.sink_id}"
+        """Writer partitions with rows (or, for append, binary COPY blocks) staged."""
+        writers: set[int] = set()
         with self.engine.connect() as c:
-            if not sa.inspect(c).has_table(stage):
-                return set()
-            t = sa.Table(stage, sa.MetaData(), autoload_with=c)
-            rows = c.execute(sa.select(t.c.eo_writer).where(t.c.eo_batch == batch).distinct())
-            return {int(r[0]) for r in rows}
+            for stage in (self.stage, f"{self.stage}_blocks"):
+                if not sa.inspect(c).has_table(stage):
+                    continue
+                t = sa.Table(stage, sa.MetaData(), autoload_with=c)
+                rows = c.execute(sa.select(t.c.eo_writer).where(t.c.eo_batch == batch)
+                                 .distinct())
+                writers.update(int(r[0]) for r in rows)
+        return writers
 
     def drop(self) -> None:
         with self.engine.begin() as c:
-            for name in (self.table, f"eo_stage_{self.sink_id}"):
+            for name in (self.table, self.stage, f"{self.stage}_blocks"):
                 c.execute(sa.text("DROP TABLE IF EXISTS " +
                                   self.engine.dialect.identifier_preparer.quote(name)))
         self.engine.dispose()
@@ -123,6 +131,9 @@ def crash_and_recover(argv: list[str], target: Target, checkpoint: str,
     [
         # writeStream.format("eo_jdbc"): tasks stage (COPY), the driver commits.
         ("datasource", ["jdbc.after_stage@1", "jdbc.before_commit@2", "jdbc.after_commit@3"]),
+        # The same with mode append: tasks stage binary COPY blocks, the commit COPYs them.
+        ("datasource-append",
+         ["jdbc.after_stage@1", "jdbc.before_commit@2", "jdbc.after_commit@3"]),
         # foreachBatch(JdbcSink): small batches, one driver transaction each.
         ("foreachbatch", ["jdbc.before_commit@1", "jdbc.after_commit@2"]),
     ],
@@ -139,6 +150,7 @@ def test_word_count_exactly_once_across_crashes(writer: str, points: list[str],
             "--per-batch", str(PER_BATCH)]
     target = Target(postgres_url, table, sink_id)
     try:
-        crash_and_recover(argv, target, checkpoint, points, staged=writer == "datasource")
+        crash_and_recover(argv, target, checkpoint, points,
+                          staged=writer.startswith("datasource"))
     finally:
         target.drop()

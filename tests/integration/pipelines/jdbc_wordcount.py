@@ -36,7 +36,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sink-id", required=True)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--source", choices=["kafka"], default="kafka")
-    p.add_argument("--writer", choices=["foreachbatch", "datasource"], default="foreachbatch")
+    p.add_argument("--writer", choices=["foreachbatch", "datasource", "datasource-append"],
+                   default="foreachbatch")
     p.add_argument("--per-batch", type=int, default=60)
     p.add_argument("--small-batch-rows", type=int, default=10_000)
     p.add_argument("--topic")
@@ -75,9 +76,13 @@ def main(argv: list[str]) -> int:
             .repartition(2)  # two writer partitions stage in parallel
             .writeStream.format("eo_jdbc")
             .option("url", args.url).option("table", args.table)
-            .option("sink_id", args.sink_id).option("mode", "accumulate")
-            .option("keys", "word").option("accumulate", "n").option("createTable", "true")
+            .option("sink_id", args.sink_id).option("createTable", "true")
         )
+        if args.writer == "datasource":
+            writer = (writer.option("mode", "accumulate").option("keys", "word")
+                      .option("accumulate", "n"))
+        else:  # one (word, 1) row per word: PostgreSQL stages binary COPY blocks
+            writer = writer.option("mode", "append")
     query = (writer.option("checkpointLocation", args.checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
