@@ -30,7 +30,7 @@ import io
 import itertools
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -538,14 +538,12 @@ class PostgresDialect(Dialect):
         (``quoting_style="needed"``), so an empty string is ``""`` and a null is an empty
         unquoted field, exactly PostgreSQL's CSV convention.
         """
-        it = iter(batches)
-        first = next((b for b in it if b.num_rows > 0), None)
+        first, rest = first_rows(batches)
         if first is None:
             return 0
         kinds = None
         if types is not None:
             kinds = pgbinary.kinds_for(first.schema, [s.name for s in specs], types)
-        rest = itertools.chain([first], it)
         if kinds is None:
             return self._copy_csv(conn, stage, specs, rest, tags, batch_size, table)
         return self._copy_binary(conn, stage, specs, rest, tags, table, kinds)
@@ -569,13 +567,8 @@ class PostgresDialect(Dialect):
         copy_sql = self._copy_statement(stage, specs, tags is not None, "binary")
         with raw.cursor() as cur, cur.copy(copy_sql) as copy:  # type: ignore[union-attr]
             copy.write(pgbinary.HEADER)
-            for batch in batches:
-                n = batch.num_rows
-                if n == 0:
-                    continue
-                check_values(table, batch, specs)
-                columns = [batch.column(s.name) for s in specs]
-                for buf in pgbinary.encode(columns, kinds, tag_fields):
+            for n, buffers in _binary_batches(batches, specs, table, kinds, tag_fields):
+                for buf in buffers:
                     copy.write(buf)
                 total += n
             copy.write(pgbinary.TRAILER)
@@ -654,13 +647,8 @@ class PostgresDialect(Dialect):
                 seq, done = seq + 1, 0
                 block.clear()
 
-            for batch in batches:
-                n = batch.num_rows
-                if n == 0:
-                    continue
-                check_values(table, batch, specs)
-                columns = [batch.column(s.name) for s in specs]
-                for piece in pgbinary.encode(columns, kinds):
+            for n, buffers in _binary_batches(batches, specs, table, kinds):
+                for piece in buffers:
                     view = memoryview(piece)  # type: ignore[arg-type]
                     while len(view):
                         take = BLOCK_BYTES - len(block)
@@ -835,6 +823,28 @@ class MysqlDialect(Dialect):
 BLOCK_BYTES = 8 << 20
 #: Up to this many rows in a batch's blocks, the commit DELETEs them instead of TRUNCATE.
 SMALL_BLOCK_ROWS = 10_000
+
+
+def _binary_batches(batches: Iterable[pa.RecordBatch], specs: Sequence[ColumnSpec], table: str,
+                    kinds: list[str], tags: Sequence[tuple[str, int]] = (),
+                    ) -> Iterator[tuple[int, list[pa.Buffer | bytes]]]:
+    """``(rows, buffers)`` per non-empty batch: its values checked against ``specs``, then
+    rendered as binary COPY tuples (without header/trailer)."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        check_values(table, batch, specs)
+        columns = [batch.column(s.name) for s in specs]
+        yield batch.num_rows, pgbinary.encode(columns, kinds, tags)
+
+
+def first_rows(batches: Iterable[pa.RecordBatch],
+               ) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+    """``(first non-empty batch or None, all batches from it on)``: a peek at the schema
+    the rows actually arrive in, without losing the batch."""
+    it = iter(batches)
+    first = next((b for b in it if b.num_rows > 0), None)
+    return first, (itertools.chain([first], it) if first is not None else it)
 
 
 def _truncate_unless_empty(conn: sa.Connection, table: sa.Table) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import io
-import itertools
 import logging
 import re
 import threading
@@ -38,6 +37,7 @@ from connectors.jdbc.dialects import (
     check_compatible,
     column_spec,
     dialect_for,
+    first_rows,
     normalize_url,
 )
 from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
@@ -546,7 +546,7 @@ class JdbcSink(BatchSink):
             blocks = (o.mode == "append" and o.stage_blocks and self.dialect.name == "postgresql"
                       and target_types is not None and pgbinary.kinds_for(
                           schema, [s.name for s in specs], target_types) is not None)
-            if blocks:
+            if blocks and not insp.has_table(o.blocks_table, schema=o.staging_schema):
                 self.dialect.create_blocks(  # type: ignore[attr-defined]
                     conn, self._blocks())
             return Layout(tuple(specs), stage_types, target_types, blocks)
@@ -727,11 +727,9 @@ class JdbcSink(BatchSink):
         tags = (task.batch_id, task.writer_id, token)
         kinds = None
         if layout.blocks and layout.target_types is not None:
-            it = iter(batches)
-            first = next((b for b in it if b.num_rows > 0), None)
+            first, batches = first_rows(batches)
             if first is None:
                 return StagedRows(task.writer_id, token, 0)
-            batches = itertools.chain([first], it)
             # The schema the driver checked; a batch that differs stages rows instead.
             kinds = pgbinary.kinds_for(first.schema, layout.names, layout.target_types)
         conn = self._retrying("connecting to stage rows", self._connect)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tests.integration.pipelines.common import pipeline_spark
+from tests.integration.pipelines.common import kafka_stream, pipeline_spark
 
 
 def main(argv: list[str]) -> int:
@@ -31,14 +31,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     spark = pipeline_spark("files-pipeline", "local[2]", "WARN")
-    raw = (
-        spark.readStream.format("eo_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.per_batch)
-        .load()
-    )
+    raw = kafka_stream(spark, args.bootstrap, args.topic, args.per_batch)
     stream = raw.selectExpr(
         "cast(cast(key as string) as bigint) as id",
         "cast(cast(key as string) as bigint) % 3 as grp",

@@ -47,18 +47,11 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import functions as F
 
     from connectors.jdbc.sink import JdbcSink
-    from tests.integration.pipelines.common import pipeline_spark
+    from tests.integration.pipelines.common import kafka_stream, pipeline_spark
 
     spark = pipeline_spark("jdbc-wordcount", "local[2]", "WARN")
-    lines = (
-        spark.readStream.format("eo_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.per_batch)
-        .load()
-        .selectExpr("cast(value as string) as value")
-    )
+    lines = kafka_stream(spark, args.bootstrap, args.topic, args.per_batch).selectExpr(
+        "cast(value as string) as value")
     words = lines.select(F.explode(F.split("value", " ")).alias("word"))
 
     if args.writer == "foreachbatch":

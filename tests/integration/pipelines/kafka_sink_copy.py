@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tests.integration.pipelines.common import pipeline_spark
+from tests.integration.pipelines.common import kafka_stream, pipeline_spark
 
 
 def record(i: int) -> tuple[bytes | None, bytes]:
@@ -43,14 +43,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     spark = pipeline_spark("kafka-sink-copy", args.master, "WARN")
-    stream = (
-        spark.readStream.format("eo_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.source_topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.per_batch)
-        .load()
-    )
+    stream = kafka_stream(spark, args.bootstrap, args.source_topic, args.per_batch)
     out = stream.selectExpr("key", "concat(cast('B:' as binary), value) as value")
     if args.shuffle:
         # Rows reach a writer partition in shuffle-fetch order, which a replay may change.

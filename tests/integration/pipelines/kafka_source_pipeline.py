@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from tests.integration.pipelines.common import pipeline_spark
+from tests.integration.pipelines.common import kafka_stream, pipeline_spark
 
 
 def main() -> None:
@@ -25,17 +25,10 @@ def main() -> None:
     args = ap.parse_args()
 
     spark = pipeline_spark("kafka-source-recovery", "local[2]", "WARN")
-    df = (
-        spark.readStream.format("eo_kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.per_batch)
-        .option("walPath", args.wal)
-        .option("kafka.group.id", args.group)
-        .load()
-        .selectExpr("topic", "partition", "offset", "cast(value as string) as value")
-    )
+    df = kafka_stream(
+        spark, args.bootstrap, args.topic, args.per_batch,
+        **{"walPath": args.wal, "kafka.group.id": args.group},
+    ).selectExpr("topic", "partition", "offset", "cast(value as string) as value")
     q = (
         df.writeStream.format("parquet")
         .option("path", args.out)
