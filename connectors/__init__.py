@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from connectors.core import sink as _sink
 from connectors.core.errors import (
     ConnectorError,
     FileSinkError,
@@ -39,6 +40,18 @@ def register(spark: Any) -> None:
     from connectors.spark import register as _register
 
     _register(spark)
+
+
+def _write_dataframe(sink: Any, df: Any, batch_id: int) -> None:
+    # Imported on first use: pyspark loads only when a DataFrame is written.
+    from connectors.spark.sink_adapter import write_dataframe
+
+    write_dataframe(sink, df, batch_id)
+
+
+# Every sink's ``write(df, batch_id)`` / ``__call__`` runs the Spark adapter. The families and
+# core never import Spark; this package, their parent, wires the adapter in once.
+_sink.set_dataframe_writer(_write_dataframe)
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,7 @@
 
 Commands:
 
-- ``demo``: the end-to-end exactly-once demo (see ``connectors.demo``).
+- ``demo``: the end-to-end exactly-once demo (see ``connectors.demo.app``).
 - ``wal show PATH``: windows/batches in a write-ahead log and whether each is committed.
 - ``sink status --url URL [--sink-id ID]``: last committed batch per JDBC sink.
 - ``lag --bootstrap B --group G``: per-partition lag of a consumer group (e.g. a source's).
@@ -180,7 +180,7 @@ def files_status(args: argparse.Namespace) -> int:
 
 # -- demo --------------------------------------------------------------------------------------
 def demo(args: argparse.Namespace) -> int:
-    from connectors.demo import run_demo
+    from connectors.demo.app import run_demo
 
     return run_demo(args)
 
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         return sp
 
-    from connectors.demo import add_demo_arguments
+    from connectors.demo.app import add_demo_arguments
 
     d = with_json(sub.add_parser("demo", help="end-to-end exactly-once demo with a crash"))
     add_demo_arguments(d)

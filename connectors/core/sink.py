@@ -3,7 +3,9 @@
 All three sinks have the same shape: executor tasks *stage* their rows, then the driver
 *commits the batch once*. A sink class therefore contains only its own storage logic;
 ``connectors.spark`` adapts this protocol to Spark once, as a DataSource writer and as a
-``foreachBatch`` callable, and owns the batch-id plumbing.
+``foreachBatch`` callable, and owns the batch-id plumbing. This module never imports Spark:
+``BatchSink.write`` hands the DataFrame to the writer that ``connectors/__init__.py``
+installs (:func:`set_dataframe_writer`), the Spark adapter.
 
 The contract every sink keeps:
 
@@ -28,14 +30,30 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from connectors.core.errors import ConnectorError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
+
+#: ``(sink, df, batch_id) -> None``: runs the protocol for a DataFrame (stage per partition,
+#: commit on the driver). ``connectors/__init__.py`` installs the Spark adapter's.
+DataFrameWriter = Callable[["BatchSink", Any, int], None]
+_dataframe_writer: DataFrameWriter | None = None
+
+
+S = TypeVar("S", bound="BatchSink")
+
+
+def set_dataframe_writer(writer: DataFrameWriter) -> None:
+    """Install what ``BatchSink.write`` runs (the root package installs the Spark adapter)."""
+    global _dataframe_writer
+    _dataframe_writer = writer
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,32 @@ class BatchSink(ABC):
     def last_committed(self) -> int | None:
         """The highest committed batch id, or None if nothing was committed yet."""
 
+    @classmethod
+    def from_parsed(cls: type[S], options: Any) -> S:
+        """A sink from its already parsed options (``from_options`` parses Spark's)."""
+        sink = cls.__new__(cls)
+        sink._init(options)
+        return sink
+
+    def _init(self, options: Any) -> None:
+        """Set up from parsed options: ``__init__`` and ``from_parsed`` both end here."""
+        self.options = options
+
+    def __getattr__(self, name: str) -> Any:
+        # A sink's parsed options (``self.options``, a frozen dataclass) read as its own
+        # attributes: ``sink.sink_id``, ``sink.topic``, ``sink.max_records_per_file``...
+        options = self.__dict__.get("options")
+        if options is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(options, name)
+
+    @property
+    def zombie_risk(self) -> str | None:
+        """Why an attempt Spark gave up on (a zombie: a speculative twin, a hung task) that
+        still writes after its retry started would break the guarantee, with the remedy;
+        None when it cannot. The adapter logs it when Spark speculation is on."""
+        return None
+
     def is_committed(self, batch_id: int) -> bool:
         last = self.last_committed()
         return last is not None and last >= batch_id
@@ -88,12 +132,27 @@ class BatchSink(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release driver-side resources (connections)."""
 
+    # -- the driver's share of a foreachBatch write (optional) ---------------------------------
+    @property
+    def inline_budget(self) -> int:
+        """Rows a ``foreachBatch`` write may hand to the driver whole, over all partitions, to
+        be written by the commit itself (0: never). The adapter splits it by partitions."""
+        return 0
+
+    def with_inline_limit(self, rows_per_partition: int) -> BatchSink:
+        """A copy of this sink whose tasks send partitions of at most ``rows_per_partition``
+        rows to the driver instead of staging them (see ``inline_budget``)."""
+        return self
+
     # -- Python API: foreachBatch callable and batch writes ---------------------------------
     def write(self, df: Any, batch_id: int) -> None:
         """Write a DataFrame as batch ``batch_id``, exactly once per ``batch_id``."""
-        from connectors.spark.sink_adapter import write_dataframe
-
-        write_dataframe(self, df, batch_id)
+        if _dataframe_writer is None:
+            raise ConnectorError(
+                f"{self.family}: no DataFrame writer is installed; import the package "
+                "'connectors' (it installs the Spark adapter) before writing a DataFrame"
+            )
+        _dataframe_writer(self, df, batch_id)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """``writeStream.foreachBatch(sink)``: Spark passes ``(df, batchId)``."""

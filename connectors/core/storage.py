@@ -85,7 +85,8 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def read(self, path: str) -> bytes: ...
+    def read(self, path: str) -> bytes:
+        """All bytes of ``path``; FileNotFoundError if it is missing (on every backend)."""
 
     @abstractmethod
     def list(self, path: str) -> list[str]:
@@ -405,6 +406,13 @@ def _hdfs_errors(op: str, where: str) -> Iterator[None]:
     except Exception as e:
         name = type(e).__name__
         if name == "HdfsError" or e.__class__.__module__.startswith(("hdfs", "requests")):
+            # The NameNode's exception class, where it answered with one. Callers (the WAL,
+            # the sinks) tell "not there" and "already there" apart as on local disks.
+            remote = getattr(e, "exception", None)
+            if remote == "FileNotFoundException":
+                raise FileNotFoundError(errno.ENOENT, f"HDFS {op}: {e}", where) from e
+            if remote == "FileAlreadyExistsException":
+                raise FileExistsError(errno.EEXIST, f"HDFS {op}: {e}", where) from e
             raise StorageError(f"HDFS {op} failed for {where}: {e}") from e
         raise
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 RECORD_EXT = ".json"
 COMMIT_EXT = ".commit"
 SEQ_WIDTH = 20
+#: Retention (``WriteAheadLog.retain``) runs when a committed seq is a multiple of this.
+RETAIN_EVERY = 10
 
 
 def _name(seq: int, ext: str) -> str:
@@ -45,6 +47,28 @@ def _seq(name: str, ext: str) -> int | None:
 def encode(record: dict[str, Any]) -> bytes:
     """Canonical JSON (sorted keys), so a replayed append can be compared byte for byte."""
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+def read_record(storage: Storage, path: str, what: str) -> dict[str, Any] | None:
+    """The JSON record at ``path``, or None when there is none. ``what`` names it in errors.
+
+    Every small state file (WAL records and commit markers, sink owner records, task
+    markers) is read here, so "missing" and "unreadable" mean the same everywhere.
+    """
+    try:
+        data = storage.read(path)
+    except FileNotFoundError:
+        return None
+    except Exception as e:
+        if not storage.exists(path):
+            return None
+        raise WalError(f"{what}: cannot read {storage.url(path)}: {e}") from e
+    try:
+        # A commit marker may be an empty file: it holds no info.
+        value: dict[str, Any] = json.loads(data) if data.strip() else {}
+    except ValueError as e:
+        raise WalError(f"{what} is not valid JSON: {e}") from e
+    return value
 
 
 class WriteAheadLog:
@@ -92,19 +116,7 @@ class WriteAheadLog:
 
     def get(self, seq: int) -> dict[str, Any] | None:
         path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
-        try:
-            data = self.storage.read(path)
-        except FileNotFoundError:
-            return None
-        except Exception as e:
-            if not self.storage.exists(path):
-                return None
-            raise WalError(f"{self!r}: cannot read record {seq}: {e}") from e
-        try:
-            value: dict[str, Any] = json.loads(data)
-        except ValueError as e:
-            raise WalError(f"{self!r}: record {seq} is not valid JSON: {e}") from e
-        return value
+        return read_record(self.storage, path, f"{self!r}: record {seq}")
 
     def _names(self) -> list[str]:
         return self.storage.list(self.dir)
@@ -135,17 +147,25 @@ class WriteAheadLog:
 
     def commit_info(self, seq: int) -> dict[str, Any] | None:
         path = self.storage.join(self.dir, _name(seq, COMMIT_EXT))
-        try:
-            value: dict[str, Any] = json.loads(self.storage.read(path) or b"{}")
-            return value
-        except FileNotFoundError:
-            return None
+        return read_record(self.storage, path, f"{self!r}: commit marker {seq}")
 
     def last_committed(self) -> int | None:
         seqs = self.committed_seqs()
         return seqs[-1] if seqs else None
 
-    # -- purge --------------------------------------------------------------------------
+    # -- retention ----------------------------------------------------------------------
+    def retain(self, newest: int, keep: int) -> int:
+        """The retention rule of every log in this package (the source's windows, the sinks'
+        commit logs): after seq ``newest`` committed, keep the ``keep`` newest seqs (and any
+        newer ones) and delete older records and markers. It runs at every
+        ``RETAIN_EVERY``-th seq, so a log on HDFS is not listed at every commit; between two
+        runs up to ``keep + RETAIN_EVERY - 1`` entries stay. Returns the files deleted."""
+        if keep < 1:
+            raise WalError(f"{self!r}: retention must keep at least the newest entry")
+        if newest % RETAIN_EVERY:
+            return 0
+        return self.purge(newest - keep + 1, keep_last=0)
+
     def purge(self, before_seq: int, keep_last: int = 10) -> int:
         """Delete records and markers with seq < ``before_seq``, but keep the newest
         ``keep_last`` records for inspection. Returns how many files were deleted."""

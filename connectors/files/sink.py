@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,17 +29,13 @@ from typing import IO, Any
 import pyarrow as pa
 
 from connectors.core import failpoints
-from connectors.core.errors import FileSinkError, OptionError, StorageError
-from connectors.core.options import OptionReader
+from connectors.core.errors import FileSinkError, StorageError
 from connectors.core.sink import BatchSink, TaskInfo
-from connectors.core.storage import LocalStorage, storage_for
+from connectors.core.sink_state import SinkState
+from connectors.core.storage import Storage, storage_for
 from connectors.core.wal import WriteAheadLog
-from connectors.files.formats import (
-    FileFormat,
-    RollingWriter,
-    WrittenFile,
-    check_partition_columns,
-)
+from connectors.files.formats import RollingWriter, WrittenFile, check_partition_columns
+from connectors.files.options import FileSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -120,61 +115,23 @@ class FileSink(BatchSink):
         webhdfs_url: str | None = None,
         hdfs_user: str | None = None,
     ) -> None:
-        if not isinstance(path, str) or not path.strip():
-            raise OptionError(
-                "eo_files: option 'path' is required: a local path, file://, hdfs:// or "
-                "webhdfs:// URL",
-                option="path",
-            )
-        try:
-            self.storage, self.path = storage_for(
-                path, webhdfs_url=webhdfs_url, hdfs_user=hdfs_user
-            )
-        except StorageError as e:
-            raise OptionError(f"eo_files: option 'path' is not usable: {e}", option="path") from e
-        self.url = path
-        self.format = FileFormat.parse(format, compression, csv_header=csv_header)
-        if isinstance(partition_by, str):
-            partition_by = [p.strip() for p in partition_by.split(",") if p.strip()]
-        self.partition_by = tuple(partition_by)
-        for name, value in (
-            ("maxRecordsPerFile", max_records_per_file),
-            ("maxBytesPerFile", max_bytes_per_file),
-        ):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise OptionError(
-                    f"eo_files: option '{name}' must be an integer >= 0 (0 = no limit), "
-                    f"got {value!r}",
-                    option=name,
-                )
-        self.max_records_per_file = max_records_per_file or None
-        self.max_bytes_per_file = max_bytes_per_file or None
-        self.sink_id = sink_id
-        self.spark_metadata = spark_metadata
+        self._init(FileSinkOptions.create(
+            path, format=format, compression=compression, partition_by=partition_by,
+            max_records_per_file=max_records_per_file, max_bytes_per_file=max_bytes_per_file,
+            sink_id=sink_id, spark_metadata=spark_metadata, csv_header=csv_header,
+            webhdfs_url=webhdfs_url, hdfs_user=hdfs_user))
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> FileSink:
         """Build from Spark's string options (``writeStream.format("eo_files").option(...)``)."""
-        r = OptionReader(options, family="eo_files")
-        path = r.required("path", "a local path, file://, hdfs:// or webhdfs:// URL")
-        sink = cls(
-            path,
-            format=r.string("format") or "parquet",
-            compression=r.string("compression"),
-            partition_by=r.csv_list("partitionBy"),
-            max_records_per_file=r.integer("maxRecordsPerFile", None, minimum=0),
-            max_bytes_per_file=r.integer("maxBytesPerFile", None, minimum=0),
-            sink_id=r.string("sink_id") or r.string("sinkId"),
-            spark_metadata=r.boolean("sparkMetadata", True),
-            csv_header=r.boolean("header", True),
-            webhdfs_url=r.string("webhdfsUrl"),
-            hdfs_user=r.string("hdfsUser"),
-        )
-        r.warn_unknown(ignore=("batchId", "checkpointLocation", "queryName"))
+        sink = cls.from_parsed(FileSinkOptions.from_options(options))
         if schema is not None:
             sink._check_columns(schema)
         return sink
+
+    def _init(self, options: FileSinkOptions) -> None:
+        self.options = options  # also read as attributes: sink.format, sink.sink_id, ...
+        self.storage, self.path = options.storage, options.path
 
     def __repr__(self) -> str:
         return f"FileSink({self.storage.url(self.path)!r}, format={self.format.name!r})"
@@ -183,54 +140,22 @@ class FileSink(BatchSink):
     def check_schema(self, schema: pa.Schema) -> None:
         """Columns and path, checked on the driver before any task writes."""
         self._check_columns(schema)
-        self._check_path()
+        self.options.check_path()
 
     def _check_columns(self, schema: pa.Schema) -> None:
         check_partition_columns(schema, self.partition_by)
         data = pa.schema([f for f in schema if f.name not in self.partition_by])
         self.format.check_schema(data)
 
-    def _check_path(self) -> None:
-        where = self.storage.url(self.path)
-        try:
-            if self.storage.exists(self.path):
-                if not self.storage.is_dir(self.path):
-                    raise OptionError(
-                        f"eo_files: option 'path' {where!r} is a file; give a directory "
-                        "(it is created if missing)",
-                        option="path",
-                    )
-                if isinstance(self.storage, LocalStorage) and not os.access(
-                    self.path, os.W_OK | os.X_OK
-                ):
-                    raise OptionError(
-                        f"eo_files: option 'path' {where!r} is not writable by this user",
-                        option="path",
-                    )
-                return
-            if isinstance(self.storage, LocalStorage):
-                parent = os.path.dirname(self.path)
-                while parent and not os.path.exists(parent):
-                    parent = os.path.dirname(parent)
-                if not os.path.isdir(parent):
-                    raise OptionError(
-                        f"eo_files: option 'path' {where!r} cannot be created: {parent!r} "
-                        "is a file, not a directory",
-                        option="path",
-                    )
-                if not os.access(parent, os.W_OK | os.X_OK):
-                    raise OptionError(
-                        f"eo_files: option 'path' {where!r} cannot be created: {parent!r} "
-                        "is not writable by this user",
-                        option="path",
-                    )
-        except StorageError as e:
-            raise FileSinkError(f"eo_files: cannot check path {where!r}: {e}") from e
-
     # -- layout ---------------------------------------------------------------------------
     @property
+    def state(self) -> SinkState:
+        return sink_state(self.storage, self.path)
+
+    @property
     def wal(self) -> WriteAheadLog:
-        return WriteAheadLog(self.storage, self.path, LOG_DIR)
+        """``_eo_log``: the rename plans and commit records."""
+        return self.state.log
 
     def staging_dir(self, batch_id: int) -> str:
         return self.storage.join(self.path, STAGING_DIR, str(batch_id))
@@ -291,26 +216,29 @@ class FileSink(BatchSink):
 
     # -- driver side ---------------------------------------------------------------------------
     def last_committed(self) -> int | None:
-        return self.wal.last_committed()
+        return self.state.last_committed()
 
     def is_committed(self, batch_id: int) -> bool:
-        wal = self.wal
-        if wal.is_committed(batch_id):
-            return True
-        last = wal.last_committed()
-        return last is not None and last >= batch_id
+        return self.state.is_committed(batch_id)
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """Make batch ``batch_id`` visible exactly once (see the class docstring's steps)."""
         started = time.perf_counter()
-        wal = self.wal
+        state = self.state
+        wal = state.log
         failpoints.hit("files.after_stage", batch_id)
         # 0.
-        if self.is_committed(batch_id):
+        if state.is_committed(batch_id):
             log.info("eo_files: batch %d already committed; dropping its staged files", batch_id)
             self._cleanup(batch_id)
             return
-        self._check_owner(wal)
+        owner = state.foreign_owner(self.sink_id)
+        if owner is not None:
+            raise FileSinkError(
+                f"eo_files: path {self.storage.url(self.path)!r} holds output of sink "
+                f"{owner.sink_id!r} (batch {owner.batch_id}), not of sink_id {self.sink_id!r}; "
+                "use another path or the same sink_id"
+            )
         # 1.
         plan = wal.get(batch_id)
         if plan is None:
@@ -345,21 +273,12 @@ class FileSink(BatchSink):
         failpoints.hit("files.before_log", batch_id)
         # 4.
         rows = sum(e["rows"] for e in plan["files"])
-        wal.commit(
-            batch_id,
-            {
-                "sink_id": self.sink_id,
-                "files": len(plan["files"]),
-                "rows": rows,
-                "bytes": sum(e["bytes"] for e in plan["files"]),
-                "committed_ms": int(time.time() * 1000),
-            },
-        )
+        state.record_commit(batch_id, self.sink_id, rows, files=len(plan["files"]),
+                            bytes=sum(e["bytes"] for e in plan["files"]))
         failpoints.hit("files.after_log", batch_id)
         # 5.
         self._cleanup(batch_id)
-        if batch_id % 10 == 0:
-            wal.purge(batch_id - LOG_RETENTION + 1, keep_last=LOG_RETENTION)
+        state.retain(batch_id)
         log.info(
             "eo_files: committed batch %d to %s: %d files, %d rows in %.1f ms",
             batch_id,
@@ -382,11 +301,6 @@ class FileSink(BatchSink):
                 raise FileSinkError(
                     f"eo_files: a message of batch {m.batch_id} reached the commit of batch "
                     f"{batch_id}"
-                )
-            if m.writer_id in staged:
-                raise FileSinkError(
-                    f"eo_files: batch {batch_id} got two messages for writer {m.writer_id}; "
-                    "Spark must hand over one winning attempt per partition"
                 )
             staged[m.writer_id] = m
         files = []
@@ -425,20 +339,6 @@ class FileSink(BatchSink):
                 f"eo_files: batch {batch_id}: rename {self.storage.url(src)!r} -> "
                 f"{self.storage.url(dst)!r} failed: {e}"
             ) from e
-
-    def _check_owner(self, wal: WriteAheadLog) -> None:
-        if self.sink_id is None:
-            return
-        last = wal.last_committed()
-        if last is None:
-            return
-        owner = (wal.commit_info(last) or {}).get("sink_id")
-        if owner is not None and owner != self.sink_id:
-            raise FileSinkError(
-                f"eo_files: path {self.storage.url(self.path)!r} holds output of sink "
-                f"{owner!r} (batch {last}), not of sink_id {self.sink_id!r}; use another path "
-                "or the same sink_id"
-            )
 
     def _cleanup(self, batch_id: int) -> None:
         """Remove the staging directory of ``batch_id`` and of every older batch."""
@@ -481,12 +381,16 @@ class FileSink(BatchSink):
         return sorted(out)
 
 
+def sink_state(storage: Storage, path: str) -> SinkState:
+    """The file sink's state under its output path: the log ``_eo_log`` (rename plans and
+    commit records, the newest ``LOG_RETENTION`` kept); the owner is the newest commit's."""
+    return SinkState(storage, path, log_kind=LOG_DIR, keep=LOG_RETENTION)
+
 
 def committed_batches(path: str, **storage_kwargs: Any) -> list[dict[str, Any]]:
     """The committed batches still in ``<path>/_eo_log`` (the newest ``LOG_RETENTION``):
     ``[{"batch_id", "files": [final paths], "rows", "bytes", "sink_id"}]``, oldest first."""
-    storage, base = storage_for(path, **storage_kwargs)
-    wal = WriteAheadLog(storage, base, LOG_DIR)
+    wal = sink_state(*storage_for(path, **storage_kwargs)).log
     out: list[dict[str, Any]] = []
     for seq in wal.committed_seqs():
         info = wal.commit_info(seq) or {}

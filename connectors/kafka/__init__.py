@@ -10,7 +10,7 @@ def close_cached_clients() -> None:
     stops using a cluster: librdkafka clients otherwise keep reconnecting to it, and log
     each failed attempt, until the process exits. The next read or write creates new ones."""
     from connectors.kafka.consumer import close_cached_consumers
-    from connectors.kafka.sink import close_cached_producers
+    from connectors.kafka.producers import close_cached_producers
 
     close_cached_consumers()
     close_cached_producers()

@@ -208,8 +208,7 @@ def _read(
                         good, offsets = good[:cut], offsets[:cut]
                 if good:
                     position = offsets[-1] + 1
-                    yield _to_batch(good, offsets, topic, partition, include_headers,
-                                    cluster, schema)
+                    yield _to_batch(good, offsets, topic, partition, cluster, schema)
                 deadline = time.monotonic() + poll_timeout_s
             if done:
                 return
@@ -271,10 +270,10 @@ def _to_batch(
     offsets: list[int],
     topic: str,
     partition: int,
-    include_headers: bool,
     cluster: str | None,
     schema: pa.Schema,
 ) -> pa.RecordBatch:
+    """Messages -> one batch in ``schema`` (``arrow_schema``: headers when it has them)."""
     # One list comprehension per column: the per-message Python work is the whole cost.
     n = len(msgs)
     stamps = [m.timestamp() for m in msgs]
@@ -288,7 +287,7 @@ def _to_batch(
         pc.multiply(ts, 1000).cast(TIMESTAMP_TYPE),
         pa.array([s[0] - 1 for s in stamps], pa.int32()),
     ]
-    if include_headers:
+    if schema.get_field_index("headers") >= 0:
         columns.append(pa.array([_headers(m.headers()) for m in msgs], HEADERS_TYPE))
     if cluster is not None:
         columns.append(pa.repeat(pa.scalar(cluster, pa.string()), n))  # type: ignore[attr-defined]

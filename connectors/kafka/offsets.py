@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, str, int]
 TopicPartitionKey = tuple[str, int]
+#: ``{TP: next_offset}``: how the planner and the window WAL hold offsets. Spark's offset
+#: JSON is decoded into this (and encoded back) only where it crosses to Spark or to disk.
+Offsets = dict[TP, int]
 
 #: Spark's special offsets in startingOffsets/endingOffsets JSON.
 LATEST = -1
@@ -42,7 +45,7 @@ def encode_offsets(offsets: Mapping[TP, int], multi_cluster: bool) -> dict[str, 
     return out
 
 
-def decode_offsets(obj: Mapping[str, Any], multi_cluster: bool) -> dict[TP, int]:
+def decode_offsets(obj: Mapping[str, Any], multi_cluster: bool) -> Offsets:
     """The inverse of :func:`encode_offsets`. Raises :class:`KafkaSourceError` on bad shape."""
     out: dict[TP, int] = {}
     if multi_cluster:

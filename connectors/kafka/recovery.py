@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from connectors.core.errors import KafkaSinkError
+from connectors.core.sink_state import SinkState
 from connectors.core.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ MAX_SINK_ID_BYTES = 255
 _TAIL = struct.Struct(">QIQ")  # batch id, writer, seq
 _SEQ = struct.Struct(">Q")
 _BATCH_WRITER = struct.Struct(">QI")
+#: ``seq -> 8 bytes``: the tail of a header value after ``key_prefix`` (a bound method: the
+#: sink's produce loop calls it once per record).
+pack_seq = _SEQ.pack
 
 
 class RecoveryKeyError(ValueError):
@@ -85,7 +89,7 @@ def key_prefix(sink_id: str, batch_id: int, writer: int) -> bytes:
 
 
 def encode(key: RecoveryKey) -> bytes:
-    return key_prefix(key.sink_id, key.batch_id, key.writer) + _SEQ.pack(key.seq)
+    return key_prefix(key.sink_id, key.batch_id, key.writer) + pack_seq(key.seq)
 
 
 def decode(value: bytes | None) -> RecoveryKey:
@@ -154,8 +158,7 @@ class StartedMarker:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> StartedMarker:
-        d = json.loads(data)
+    def from_record(cls, d: dict[str, Any]) -> StartedMarker:
         return cls(
             sink_id=d["sink_id"],
             batch_id=int(d["batch_id"]),
@@ -173,43 +176,39 @@ class StartedMarker:
 
 
 class MarkerStore:
-    """``<walPath>/started/<batch>/<writer>.json`` on any :class:`Storage`."""
+    """``<walPath>/started/<batch>/<writer>.json``: started markers, kept as the task markers
+    of the sink's :class:`~connectors.core.sink_state.SinkState`."""
 
-    def __init__(self, storage: Storage, root: str) -> None:
-        self.storage = storage
-        self.dir = storage.join(root, "started")
-
-    def _batch_dir(self, batch_id: int) -> str:
-        return self.storage.join(self.dir, f"{batch_id:020d}")
+    def __init__(self, storage: Storage, root: str, state: SinkState | None = None) -> None:
+        self.state = state or sink_state(storage, root)
 
     def path(self, batch_id: int, writer: int) -> str:
-        return self.storage.join(self._batch_dir(batch_id), f"{writer:05d}.json")
+        return self.state.marker_path(batch_id, writer)
 
     def get(self, batch_id: int, writer: int) -> StartedMarker | None:
-        path = self.path(batch_id, writer)
-        try:
-            data = self.storage.read(path)
-        except FileNotFoundError:
-            return None
-        except Exception as e:
-            if not self.storage.exists(path):
-                return None
-            raise KafkaSinkError(f"eo_kafka: cannot read started marker {path}: {e}") from e
-        return StartedMarker.from_json(data)
+        record = self.state.get_marker(batch_id, writer)
+        return None if record is None else StartedMarker.from_record(record)
 
     def put(self, marker: StartedMarker) -> None:
-        self.storage.write_atomic(self.path(marker.batch_id, marker.writer), marker.to_json())
+        self.state.put_marker(marker.batch_id, marker.writer, marker.to_json())
 
     def batches(self) -> list[int]:
-        return sorted(int(n) for n in self.storage.list(self.dir) if n.isdigit())
+        return self.state.marker_batches()
 
     def purge(self, up_to_batch: int) -> int:
         """Delete the markers of every batch <= ``up_to_batch`` (all committed)."""
-        deleted = 0
-        for b in self.batches():
-            if b <= up_to_batch and self.storage.delete(self._batch_dir(b), recursive=True):
-                deleted += 1
-        return deleted
+        return self.state.purge_markers(up_to_batch)
+
+
+#: Commit markers the sink keeps (``WriteAheadLog.retain``): enough for ``wal show``.
+KEEP_COMMITS = 10
+
+
+def sink_state(storage: Storage, root: str) -> SinkState:
+    """The Kafka sink's state under ``walPath``: commit log ``commits/``, owner record
+    ``sink.json``, started markers ``started/``."""
+    return SinkState(storage, root, log_kind="commits", keep=KEEP_COMMITS, owner_record=True,
+                     markers="started")
 
 
 # -- the scan --------------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from typing import Any
 
 from connectors.core.errors import KafkaSourceError
 from connectors.core.options import stringify_options
-from connectors.kafka.source import KafkaPlanner, KafkaSourceOptions, Window
+from connectors.kafka.options import KafkaSourceOptions
+from connectors.kafka.source import KafkaPlanner
+from connectors.kafka.windowlog import Window
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,9 @@ class KafkaWindow:
         self._owner = owner
         self.window_id = window.window
         self.df = df
-        self.start: dict[str, Any] = window.start
-        self.end: dict[str, Any] = window.end
+        # Spark's offset JSON, as the window WAL and ``wal show`` spell them.
+        self.start: dict[str, Any] = owner.spec.encode(window.start)
+        self.end: dict[str, Any] = owner.spec.encode(window.end)
         self.committed = False
 
     def __iter__(self) -> Iterator[Any]:
@@ -119,7 +122,8 @@ class KafkaWindows:
     def commit(self, window_id: int) -> None:
         w = self.planner.window(window_id)
         self.planner.commit(w.end, window=window_id)
-        log.info("KafkaWindows: window %d committed (end %s)", window_id, w.end)
+        log.info("KafkaWindows: window %d committed (end %s)", window_id,
+                 self.spec.encode(w.end))
 
     def last_committed(self) -> int | None:
         wal = self.planner.wal

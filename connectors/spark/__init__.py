@@ -3,8 +3,10 @@
 - ``datasources``: the registered Python DataSources (``eo_kafka``, ``eo_jdbc``,
   ``eo_files``);
 - ``sink_adapter``: the one adapter from the sink protocol to Spark's writers and to
-  ``foreachBatch``;
-- ``kafka_source``: the ``eo_kafka`` stream and batch readers.
+  ``foreachBatch`` (``connectors/__init__.py`` installs it behind every sink's ``write``),
+  with the duplicate-writer check, the inline-path budget and the speculation warning;
+- ``kafka_source``: the ``eo_kafka`` stream and batch readers, where Spark's offset JSON is
+  decoded and encoded.
 """
 
 from connectors.spark.datasources import DATA_SOURCES, register

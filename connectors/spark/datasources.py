@@ -26,6 +26,7 @@ from connectors.spark.sink_adapter import (
     SinkStreamWriter,
     arrow_schema,
     batch_id_option,
+    check_sink,
     refuse_overwrite,
 )
 
@@ -58,7 +59,7 @@ class _SinkDataSource(DataSource):
 
     def _sink(self, schema: StructType) -> BatchSink:
         sink = type(self).factory(dict(self.options), arrow_schema(schema))
-        sink.check_schema(arrow_schema(schema))
+        check_sink(sink, arrow_schema(schema))
         return sink
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -6,6 +6,10 @@
 - :class:`KafkaBatchReader`: ``spark.read.format("eo_kafka")``: a bounded range
   (``startingOffsets``..``endingOffsets``), or with ``walPath`` the next batch window.
 
+This is the Spark boundary of the source: Spark's offset JSON dicts are decoded into typed
+offsets ``{(cluster, topic, partition): next_offset}`` on the way in and encoded on the way
+out, here and nowhere else; the planner works on typed offsets only.
+
 Exactly-once reading: ``partitions(start, end)`` is a pure function of the offsets Spark
 stores in its offset log, so a replayed batch reads the same records into the same Spark
 partitions. Each Spark partition reads one Kafka partition range (or a slice of one, with
@@ -193,8 +197,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading --------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = self.planner.ranges(self.opts.decode(start), self.opts.decode(end))
-        window = self.planner.record_window(start, end)
+        start_map, end_map = self.opts.decode(start), self.opts.decode(end)
+        ranges = self.planner.ranges(start_map, end_map)
+        window = self.planner.record_window(start_map, end_map)
         log.info("eo_kafka: window %s: %d ranges, %d offsets", window, len(ranges),
                  sum(r.size for r in ranges))
         return [KafkaInputPartition(r) for r in ranges]
@@ -203,7 +208,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        self.planner.commit(end)
+        self.planner.commit(self.opts.decode(end))
 
     def stop(self) -> None:
         self.planner.close()
@@ -226,12 +231,12 @@ class KafkaBatchReader(DataSourceReader):
         p = self.planner
         if self.opts.window is not None:
             w = p.window(self.opts.window)
-            return p.ranges(self.opts.decode(w.start), self.opts.decode(w.end))
+            return p.ranges(w.start, w.end)
         if self.opts.wal_path is not None:
             nxt = p.next_window()
             if nxt is None:
                 return []
-            return p.ranges(self.opts.decode(nxt.start), self.opts.decode(nxt.end))
+            return p.ranges(nxt.start, nxt.end)
         start = p.initial_offsets()
         end = p.ending_offsets(sorted(start))
         return p.ranges(start, end)

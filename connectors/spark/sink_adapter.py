@@ -75,7 +75,22 @@ def _unwrap(messages: Sequence[WriterCommitMessage | None]) -> list[Any]:
     return [m.payload if isinstance(m, StagedMessage) else None for m in messages]
 
 
-def _commit(sink: BatchSink, batch_id: int, payloads: list[Any]) -> None:
+def _commit(sink: BatchSink, batch_id: int, staged: Sequence[Any]) -> None:
+    """``sink.commit`` with the winning attempts' payloads, once.
+
+    Spark hands over exactly one attempt per writer partition; two messages for one
+    partition would apply a partition twice, so they fail the batch before the sink sees
+    them (the one duplicate-writer check of every sink).
+    """
+    messages = [m for m in staged if isinstance(m, StagedMessage)]
+    writers = [m.writer_id for m in messages]
+    if len(writers) != len(set(writers)):
+        raise ConnectorError(
+            f"{sink.family}: batch {batch_id} got two messages for one writer partition "
+            f"({sorted(writers)}); exactly one attempt per partition may win; nothing was "
+            "committed"
+        )
+    payloads = [m.payload for m in messages if m.payload is not None]
     started = time.perf_counter()
     sink.commit(batch_id, payloads)
     log.info(
@@ -85,6 +100,36 @@ def _commit(sink: BatchSink, batch_id: int, payloads: list[Any]) -> None:
         len(payloads),
         (time.perf_counter() - started) * 1000,
     )
+
+
+def check_sink(sink: BatchSink, schema: pa.Schema, session: Any = None) -> None:
+    """Driver-side checks before any task runs: the sink's own, then Spark's settings."""
+    sink.check_schema(schema)
+    warn_if_speculative(sink, session)
+
+
+_SPECULATION_WARNED = False
+
+
+def warn_if_speculative(sink: BatchSink, session: Any = None) -> None:
+    """Speculative twins are zombies a sink with a ``zombie_risk`` cannot see coming."""
+    global _SPECULATION_WARNED
+    if sink.zombie_risk is None or _SPECULATION_WARNED:
+        return
+    try:
+        if session is None:
+            from pyspark.sql import SparkSession
+
+            session = SparkSession.getActiveSession()
+        if session is None:
+            return  # not on a Spark driver (a DataSource planner process): nothing to check
+        enabled = str(session.conf.get("spark.speculation", "false")).strip().lower() == "true"
+    except Exception:  # noqa: BLE001 - a warning only; never fail a write over it
+        log.debug("could not read spark.speculation", exc_info=True)
+        return
+    if enabled:
+        _SPECULATION_WARNED = True
+        log.warning("%s: spark.speculation=true: %s", sink.family, sink.zombie_risk)
 
 
 class SinkStreamWriter(DataSourceStreamArrowWriter):
@@ -98,7 +143,7 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
         return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        _commit(self.sink, batchId, [p for p in _unwrap(messages) if p is not None])
+        _commit(self.sink, batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.warning("%s: aborting batch %d", self.sink.family, batchId)
@@ -117,7 +162,7 @@ class SinkBatchWriter(DataSourceArrowWriter):
         return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _commit(self.sink, self.batch_id, [p for p in _unwrap(messages) if p is not None])
+        _commit(self.sink, self.batch_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log.warning("%s: aborting batch %d", self.sink.family, self.batch_id)
@@ -159,9 +204,14 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
 
     1. If the sink already committed ``batch_id``, return: this is a replay.
     2. Validate the schema on the driver, before any task runs.
-    3. ``mapInArrow`` runs ``sink.stage`` once per partition (Spark retries failed tasks);
+    3. A sink with an ``inline_budget`` gets a copy whose tasks hand a partition of at most
+       ``budget / planned partitions`` rows to the driver instead of staging it.
+    4. ``mapInArrow`` runs ``stage`` once per partition (Spark retries failed tasks);
        ``collect`` returns one pickled message per partition, the winning attempt's.
-    4. ``sink.commit`` makes the batch visible once; on failure, ``sink.abort`` cleans up.
+    5. ``sink.commit`` makes the batch visible once; on failure, ``sink.abort`` cleans up.
+
+    Only DataFrame API calls: nothing here touches ``sparkContext``, ``_jdf`` or ``rdd`` of
+    a Spark Connect session.
     """
     if batch_id is None or int(batch_id) < 0:
         raise ConnectorError(f"{sink.family}: batch_id must be an integer >= 0, got {batch_id!r}")
@@ -171,25 +221,65 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
         log.info("%s: batch %d already committed; replay is a no-op", sink.family, batch_id)
         return
     # 2.
-    sink.check_schema(arrow_schema(df.schema))
+    check_sink(sink, arrow_schema(df.schema), df.sparkSession)
+    # 3.
+    run = sink
+    if sink.inline_budget > 0:
+        run = sink.with_inline_limit(max(1, sink.inline_budget // planned_partitions(df)))
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = _task_info(batch_id)
-        payload = sink.stage(task, batches)
+        payload = run.stage(task, batches)
         message = pickle.dumps(StagedMessage(task.writer_id, task.attempt, payload))
         yield pa.RecordBatch.from_arrays([pa.array([message], pa.binary())], schema=_MESSAGE_SCHEMA)
 
-    # 3.
+    # 4.
     try:
         rows = df.mapInArrow(stage, "message binary").collect()
     except Exception:
-        sink.abort(batch_id, [])
+        run.abort(batch_id, [])
         raise
     messages = [pickle.loads(r["message"]) for r in rows]  # noqa: S301 - our own tasks' output
-    payloads = [m.payload for m in sorted(messages, key=lambda m: m.writer_id)]
-    # 4.
+    staged = sorted(messages, key=lambda m: m.writer_id)
+    # 5.
     try:
-        _commit(sink, batch_id, payloads)
+        _commit(run, batch_id, staged)
     except Exception:
-        sink.abort(batch_id, payloads)
+        run.abort(batch_id, [m.payload for m in staged])
         raise
+
+
+def is_connect(obj: Any) -> bool:
+    """True for a Spark Connect DataFrame or session: it has no JVM objects to reach."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
+def planned_partitions(df: Any) -> int:
+    """The number of partitions ``df`` will have, without running it.
+
+    Under adaptive execution ``df.rdd.getNumPartitions()`` *executes* the shuffle stages
+    (measured: it ran a job), and the adaptive plan's own partitioning is unknown until
+    then; the plan AQE starts from gives an upper bound (AQE only coalesces), which is what
+    keeps the driver's share of a batch under the sink's inline budget. A Spark Connect
+    DataFrame has no JVM plan to read: the configured parallelism bounds it instead.
+    """
+    if not is_connect(df):
+        try:
+            plan = df._jdf.queryExecution().executedPlan()
+            if plan.nodeName() == "AdaptiveSparkPlan":
+                plan = plan.inputPlan()
+            n = int(plan.outputPartitioning().numPartitions())
+            if n >= 1:
+                return n
+        except Exception:  # noqa: BLE001 - an unexpected plan: be conservative
+            log.debug("could not read the planned partition count", exc_info=True)
+    session = df.sparkSession
+    return max(1, int(session.conf.get("spark.sql.shuffle.partitions", "200")),
+               _default_parallelism(session))
+
+
+def _default_parallelism(session: Any) -> int:
+    if is_connect(session):
+        value = session.conf.get("spark.default.parallelism", None)
+        return int(value) if value else 1
+    return int(session.sparkContext.defaultParallelism)

@@ -11,7 +11,8 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.jdbc import dialects as d
-from connectors.jdbc.sink import JdbcSink, JdbcSinkOptions, parse_table_name, staging_name
+from connectors.jdbc.options import JdbcSinkOptions, parse_table_name, staging_name
+from connectors.jdbc.sink import JdbcSink
 
 BASE = {"url": "sqlite:////tmp/x.db", "table": "t", "sink_id": "s1"}
 

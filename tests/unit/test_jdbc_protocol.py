@@ -16,7 +16,8 @@ import pytest
 from connectors.core import failpoints
 from connectors.core.errors import FailpointError, JdbcSinkError
 from connectors.core.sink import TaskInfo
-from connectors.jdbc.sink import InlineRows, JdbcSink, StagedRows
+from connectors.jdbc.sink import JdbcSink
+from connectors.jdbc.staging import InlineRows, StagedRows
 
 SCHEMA = pa.schema([("word", pa.string()), ("n", pa.int64())])
 

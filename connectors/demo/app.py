@@ -1,8 +1,8 @@
 """``python -m connectors demo``: an end-to-end exactly-once demo with real crashes.
 
-1. Start an embedded Kafka-protocol broker (or use ``--bootstrap``).
+1. Start a local Apache Kafka broker (``connectors.demo.services``), or use ``--bootstrap``.
 2. Produce lines of words to an input topic, with a progress bar; remember the true counts.
-3. Run the pipeline (``connectors.demo_pipeline``) in a child process:
+3. Run the pipeline (``connectors.demo.pipeline``) in a child process:
    ``eo_kafka`` -> word count per micro-batch -> ``eo_jdbc`` (accumulate), ``eo_kafka``
    (per-batch counts to an output topic) and ``eo_files`` (per-batch counts as parquet).
 4. SIGKILL the child's whole process group at a random moment mid-stream (``--kills N``
@@ -40,7 +40,7 @@ WORDS = (
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap", help="use this Kafka instead of the embedded broker")
+    p.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     p.add_argument("--db-url", help="SQLAlchemy URL for the JDBC sink (default: SQLite file)")
     p.add_argument("--workdir", default=None, help="where checkpoints and output go "
                    "(default: a fresh temp directory, removed unless --keep)")
@@ -86,7 +86,7 @@ def _progress(done: int, total: int, width: int = 30) -> None:
 
 def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
                   rng: random.Random) -> Counter[str]:
-    from connectors.embedded import produce_exact
+    from connectors.demo.services.kafka import produce_records
 
     truth: Counter[str] = Counter()
     records = []
@@ -96,14 +96,14 @@ def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
         records.append((str(i).encode(), " ".join(words).encode(), i % partitions))
     chunk = max(1, lines // 20)
     for start in range(0, lines, chunk):
-        produce_exact(bootstrap, topic, records[start:start + chunk])
+        produce_records(bootstrap, topic, records[start:start + chunk])
         _progress(min(start + chunk, lines), lines)
     sys.stdout.write("\n")
     return truth
 
 
 def _pipeline_cmd(cfg: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "connectors.demo_pipeline", json.dumps(cfg)]
+    return [sys.executable, "-m", "connectors.demo.pipeline", json.dumps(cfg)]
 
 
 def last_batch(checkpoint: str) -> int | None:
@@ -159,7 +159,7 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
 
 
 def verify(cfg: dict[str, Any], truth: Counter[str]) -> list[SinkCheck]:
-    from connectors.demo_pipeline import read_files_counts, read_jdbc_counts, read_kafka_counts
+    from connectors.demo.pipeline import read_files_counts, read_jdbc_counts, read_kafka_counts
 
     checks = []
     got, rows = read_jdbc_counts(cfg)
@@ -172,7 +172,7 @@ def verify(cfg: dict[str, Any], truth: Counter[str]) -> list[SinkCheck]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from connectors.embedded import EmbeddedBroker, create_topic
+    from connectors.demo.services.kafka import create_topic, start_local_kafka
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)  # noqa: S311 - demo data and kill times, not crypto
@@ -186,9 +186,12 @@ def run_demo(args: argparse.Namespace) -> int:
         if args.bootstrap:
             bootstrap = args.bootstrap
         else:
-            say("starting embedded Kafka-protocol broker (tansu)...")
-            broker = EmbeddedBroker(log_path=os.path.join(workdir, "broker.log")).start()
+            say("starting a local Kafka broker (Apache Kafka from Maven Central jars; the "
+                "first run downloads them)...")
+            broker = start_local_kafka(os.path.join(workdir, "kafka"))
             bootstrap = broker.bootstrap
+            kind = "tansu (fallback)" if broker.version == "tansu" else "Apache Kafka"
+            say(f"  {kind} {broker.version} on {bootstrap}")
         tag = f"{seed:x}"
         cfg = {
             "bootstrap": bootstrap,

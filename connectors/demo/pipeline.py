@@ -1,6 +1,6 @@
 """The demo's pipeline process: ``eo_kafka`` -> word count per micro-batch -> three sinks.
 
-Run by ``connectors.demo`` as ``python -m connectors.demo_pipeline '<json config>'``; it is
+Run by ``connectors.demo`` as ``python -m connectors.demo.pipeline '<json config>'``; it is
 SIGKILLed and restarted from its checkpoint, and must still deliver every count once.
 The ``read_*_counts`` functions are the demo's independent verification readers.
 """

@@ -1,0 +1,157 @@
+"""The durable state of one sink in a directory: commit log, owner, task markers, retention.
+
+The Kafka sink keeps it under ``walPath`` and the file sink under its output ``path``; this
+class is the one implementation of what the two share::
+
+    <root>/<log>/00000000000000000007.commit   batch 7 is committed (its commit info inside)
+    <root>/<log>/00000000000000000007.json     a record the sink keeps per batch (file sink:
+                                                the rename plan)
+    <root>/sink.json                            owner record {"sink_id": ...} (Kafka sink)
+    <root>/started/<batch:020d>/<writer:05d>.json   task markers (Kafka sink: started markers)
+
+- **Commits.** A batch is committed once its commit marker exists; the marker holds the
+  commit info (:meth:`record_commit`): ``sink_id``, ``rows``, ``committed_ms`` and the
+  sink's own figures.
+- **Ownership.** One directory belongs to one sink id, or a second sink would take the
+  first one's batches for its own and skip them. The owner is the owner record where the
+  sink keeps one (written by :meth:`claim`), else the sink id of the newest commit.
+- **Retention.** After a commit, :meth:`retain` deletes the task markers of that batch and
+  older ones, and applies the log's retention rule (:meth:`WriteAheadLog.retain`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.core.storage import Storage, storage_for
+from connectors.core.wal import WriteAheadLog, read_record
+
+log = logging.getLogger(__name__)
+
+OWNER_FILE = "sink.json"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The sink id a state directory belongs to, and the commit that says so (None when an
+    owner record says so)."""
+
+    sink_id: str
+    batch_id: int | None = None
+
+
+class SinkState:
+    """The commit log, owner and task markers of one sink under ``root`` (any backend)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        root: str,
+        *,
+        log_kind: str,
+        keep: int,
+        owner_record: bool = False,
+        markers: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.root = root
+        self.log = WriteAheadLog(storage, root, log_kind)
+        self.keep = keep
+        self._owner_path = storage.join(root, OWNER_FILE) if owner_record else None
+        self._markers = storage.join(root, markers) if markers else None
+
+    @classmethod
+    def open(cls, url: str, **kwargs: Any) -> SinkState:
+        storage, root = storage_for(url)
+        return cls(storage, root, **kwargs)
+
+    def url(self) -> str:
+        return self.storage.url(self.root)
+
+    # -- commits ---------------------------------------------------------------------------
+    def last_committed(self) -> int | None:
+        return self.log.last_committed()
+
+    def is_committed(self, batch_id: int) -> bool:
+        if self.log.is_committed(batch_id):
+            return True
+        last = self.log.last_committed()
+        return last is not None and last >= batch_id
+
+    def record_commit(self, batch_id: int, sink_id: str | None, rows: int,
+                      **figures: Any) -> dict[str, Any]:
+        """Mark ``batch_id`` committed, atomically; the marker holds the commit info."""
+        info = {"sink_id": sink_id, "rows": rows, **figures,
+                "committed_ms": int(time.time() * 1000)}
+        self.log.commit(batch_id, info)
+        return info
+
+    def commit_info(self, batch_id: int) -> dict[str, Any] | None:
+        return self.log.commit_info(batch_id)
+
+    def retain(self, batch_id: int) -> None:
+        """After ``batch_id`` committed: drop its task markers (and older ones) and apply the
+        log's retention rule, keeping the newest ``keep`` batches."""
+        if self._markers is not None:
+            self.purge_markers(batch_id)
+        self.log.retain(batch_id, self.keep)
+
+    # -- ownership -------------------------------------------------------------------------
+    def owner(self) -> Owner | None:
+        if self._owner_path is not None:
+            record = read_record(self.storage, self._owner_path, "owner record")
+            return None if record is None else Owner(str(record.get("sink_id")))
+        last = self.log.last_committed()
+        if last is None:
+            return None
+        sink_id = (self.log.commit_info(last) or {}).get("sink_id")
+        return None if sink_id is None else Owner(str(sink_id), last)
+
+    def foreign_owner(self, sink_id: str | None) -> Owner | None:
+        """The owner, when it is a sink other than ``sink_id`` (None: no check)."""
+        if sink_id is None:
+            return None
+        owner = self.owner()
+        return owner if owner is not None and owner.sink_id != sink_id else None
+
+    def claim(self, sink_id: str) -> Owner | None:
+        """Record ``sink_id`` as the owner unless another sink owns the directory; returns
+        that other owner (the caller refuses to go on)."""
+        foreign = self.foreign_owner(sink_id)
+        if foreign is None and self._owner_path is not None \
+                and not self.storage.exists(self._owner_path):
+            self.storage.write_atomic(self._owner_path, json.dumps({"sink_id": sink_id}).encode())
+        return foreign
+
+    # -- task markers ----------------------------------------------------------------------
+    def _marker_dir(self, batch_id: int) -> str:
+        if self._markers is None:
+            raise ValueError("this sink state keeps no task markers")
+        return self.storage.join(self._markers, f"{batch_id:020d}")
+
+    def marker_path(self, batch_id: int, writer: int) -> str:
+        return self.storage.join(self._marker_dir(batch_id), f"{writer:05d}.json")
+
+    def get_marker(self, batch_id: int, writer: int) -> dict[str, Any] | None:
+        path = self.marker_path(batch_id, writer)
+        return read_record(self.storage, path, f"task marker {batch_id}/{writer}")
+
+    def put_marker(self, batch_id: int, writer: int, data: bytes) -> None:
+        self.storage.write_atomic(self.marker_path(batch_id, writer), data)
+
+    def marker_batches(self) -> list[int]:
+        if self._markers is None:
+            return []
+        return sorted(int(n) for n in self.storage.list(self._markers) if n.isdigit())
+
+    def purge_markers(self, up_to_batch: int) -> int:
+        """Delete the markers of every batch <= ``up_to_batch``; returns the batches purged."""
+        deleted = 0
+        for b in self.marker_batches():
+            if b <= up_to_batch and self.storage.delete(self._marker_dir(b), recursive=True):
+                deleted += 1
+        return deleted

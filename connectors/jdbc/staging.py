@@ -1,0 +1,352 @@
+"""How a task's rows reach the JDBC sink's commit: three staging strategies, one interface.
+
+Each strategy answers, for the rows of one batch (DESIGN.md section 7):
+
+- ``stage(task, batches)`` (executor, step 1): put the task's rows where the commit finds
+  them, in the task's own transaction, and return a small message saying what it put there;
+- ``verify(conn, batch_id, messages)`` (step 2b): fail the batch when that place does not
+  hold exactly what the winning attempts reported;
+- ``apply(conn, batch_id, messages)`` (step 2c): move the rows into the target inside the
+  commit transaction; returns the rows applied;
+- ``clear(conn, batch_id, messages)`` (step 2e, and a replay's step 2a): delete what
+  batches up to ``batch_id`` staged.
+
+The strategies:
+
+- :class:`RowStaging`: tagged rows in the staging table ``eo_stage_<sink>`` (COPY on
+  PostgreSQL, executemany elsewhere), applied with one set-based ``INSERT ... SELECT``;
+- :class:`BlockStaging` (PostgreSQL append): the target's binary COPY tuples in large
+  ``bytea`` blocks, streamed into one ``COPY target`` at commit; a task whose rows have no
+  binary form stages rows instead;
+- :class:`InlineStaging` (``foreachBatch``): a partition of at most ``limit`` rows travels
+  to the driver as Arrow IPC and the commit transaction writes it itself; a larger one is
+  staged by its task through the strategy it wraps.
+
+``staging_for`` chooses, from the prepared layout and the inline limit; a strategy that
+wraps another hands it the messages it does not own, so the commit calls each method once.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+
+from connectors.core.errors import JdbcSinkError
+from connectors.core.sink import TaskInfo
+from connectors.jdbc import pgbinary
+from connectors.jdbc.columns import first_rows
+from connectors.jdbc.dialects import PostgresDialect
+from connectors.jdbc.tables import Layout
+
+if TYPE_CHECKING:
+    from connectors.jdbc.sink import JdbcSink
+
+
+# -- stage messages (picklable, small) -------------------------------------------------------
+@dataclass(frozen=True)
+class StagedRows:
+    """Stage message: this attempt's rows are in the staging table under ``token``."""
+
+    writer_id: int
+    token: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class StagedBlocks:
+    """Stage message: this attempt's rows are binary COPY blocks under ``token``."""
+
+    writer_id: int
+    token: int
+    rows: int
+    blocks: int
+
+
+@dataclass(frozen=True)
+class InlineRows:
+    """foreachBatch path: a small partition's rows travel to the driver (Arrow IPC)."""
+
+    writer_id: int
+    rows: int
+    data: bytes = field(repr=False)
+
+    def batches(self) -> list[pa.RecordBatch]:
+        return list(pa.ipc.open_stream(self.data))
+
+
+def new_token() -> int:
+    """An attempt token: random, 62 bits (a bigint column, cheaper to COPY than a uuid).
+    It only tells attempts of one batch apart; it is never an identity across retries."""
+    return uuid.uuid4().int >> 66
+
+
+def check_staged(sink_id: str, batch_id: int, table: str, expected: dict[int, Any],
+                 counts: dict[int, Any]) -> None:
+    """The staging table must hold exactly what each winning attempt reported: a mismatch
+    means staged rows were lost (or a second writer uses this sink_id), and committing
+    anyway would drop or double rows silently."""
+    bad = {t: (n, counts.get(t, 0)) for t, n in expected.items() if counts.get(t, 0) != n}
+    if bad:
+        raise JdbcSinkError(
+            f"eo_jdbc sink {sink_id!r}: batch {batch_id}: staging table {table!r} does not "
+            f"hold the rows the tasks reported (attempt: (reported, found) = {bad}); is "
+            "another query using the same sink_id? Nothing was committed"
+        )
+
+
+# -- the strategies ------------------------------------------------------------------------
+class Staging(ABC):
+    """Where a task's rows wait for the commit, and how the commit checks, applies and
+    clears them (see the module docstring)."""
+
+    def __init__(self, sink: JdbcSink, layout: Layout) -> None:
+        self.sink = sink
+        self.layout = layout
+        self.options = sink.options
+        self.tables = sink.tables
+
+    @abstractmethod
+    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
+        """Executor: stage this task's rows; return the stage message."""
+
+    @abstractmethod
+    def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        """Commit: raise when the staged rows are not what the messages report."""
+
+    @abstractmethod
+    def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
+        """Commit: write the staged rows into the target; return how many."""
+
+    @abstractmethod
+    def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        """Commit (or replay): delete what batches up to ``batch_id`` staged."""
+
+
+class RowStaging(Staging):
+    """Tagged rows in the staging table, applied set-based by ``Dialect.apply``."""
+
+    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> StagedRows:
+        token = new_token()
+
+        def write(conn: sa.Connection) -> StagedRows:
+            rows = self.write(conn, task.batch_id, task.writer_id, token, batches)
+            return StagedRows(task.writer_id, token, rows)
+
+        return self.sink.task_transaction(task, write)
+
+    def write(self, conn: sa.Connection, batch_id: int, writer_id: int, token: int,
+              batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> int:
+        o = self.options
+        return self.sink.dialect.write_rows(
+            conn, self.tables.stage_for_rows(conn, self.layout), self.layout.columns, batches,
+            (batch_id, writer_id, token), o.batch_size, o.qualified_table,
+            self.layout.stage_types)
+
+    def land(self, conn: sa.Connection, batch_id: int,
+             inline: Sequence[InlineRows]) -> list[StagedRows]:
+        """The commit stages driver-side rows itself, inside its own transaction."""
+        landed = []
+        for m in inline:
+            token = new_token()
+            landed.append(StagedRows(m.writer_id, token,
+                                     self.write(conn, batch_id, m.writer_id, token, m.batches())))
+        return landed
+
+    @staticmethod
+    def _expected(messages: Sequence[Any]) -> dict[int, int]:
+        return {m.token: m.rows for m in messages if isinstance(m, StagedRows) and m.rows > 0}
+
+    def _count(self, conn: sa.Connection, batch_id: int, expected: dict[int, int]) -> None:
+        stage = self.tables.stage(conn, self.layout)
+        counts: dict[int, int] = {int(t): int(n) for t, n in conn.execute(
+            sa.select(stage.c.eo_attempt, sa.func.count())
+            .where(stage.c.eo_batch == batch_id, stage.c.eo_attempt.in_(list(expected)))
+            .group_by(stage.c.eo_attempt)
+        ).all()}
+        check_staged(self.options.sink_id, batch_id, self.options.staging_table, expected,
+                     counts)
+
+    def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        # Append checks the INSERT's row count in apply instead: one scan less.
+        expected = self._expected(messages)
+        if expected and self.options.mode != "append":
+            self._count(conn, batch_id, expected)
+
+    def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
+        o = self.options
+        expected = self._expected(messages)
+        if not expected:
+            return 0
+        staged = sum(expected.values())
+        stage = self.tables.stage(conn, self.layout)
+        where = sa.and_(stage.c.eo_batch == batch_id, stage.c.eo_attempt.in_(list(expected)))
+        if o.mode == "sql":
+            self._apply_statement(conn, stage, where)
+            return staged
+        applied = self.sink.dialect.apply(
+            conn, o.mode, self.tables.target_names(self.layout), stage,
+            [c.column for c in self.layout.columns], [self.layout.column(k) for k in o.keys],
+            [self.layout.column(a) for a in o.accumulate], where)
+        if o.mode == "append" and applied is None:
+            self._count(conn, batch_id, expected)
+        elif o.mode == "append" and applied != staged:
+            self._count(conn, batch_id, expected)
+            raise JdbcSinkError(
+                f"eo_jdbc sink {o.sink_id!r}: batch {batch_id}: applied {applied} staged "
+                f"rows, the tasks reported {staged}; nothing was committed")
+        return staged
+
+    def _apply_statement(self, conn: sa.Connection, stage: sa.Table, where: Any) -> None:
+        """Mode ``sql``: the user's statement once per staged row, in writer order."""
+        stmt = sa.text(self.options.statement or "")
+        names = self.layout.names
+        result = conn.execute(sa.select(*[stage.c[c.column] for c in self.layout.columns])
+                              .where(where).order_by(stage.c.eo_writer))
+        while True:
+            chunk = result.fetchmany(self.options.batch_size)
+            if not chunk:
+                break
+            conn.execute(stmt, [dict(zip(names, r, strict=True)) for r in chunk])
+
+    def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        self.sink.dialect.clear_stage(conn, self.tables.stage(conn, self.layout), batch_id)
+
+
+class BlockStaging(Staging):
+    """PostgreSQL append: binary COPY blocks, one ``COPY target`` at commit."""
+
+    def __init__(self, sink: JdbcSink, layout: Layout, rows: RowStaging, store: PostgresDialect,
+                 target_types: tuple[int, ...]) -> None:
+        super().__init__(sink, layout)
+        self.rows = rows
+        self.store = store
+        self.target_types = target_types
+
+    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
+        first, rest = first_rows(batches)
+        token = new_token()
+        if first is None:
+            return StagedRows(task.writer_id, token, 0)
+        # The schema the driver checked; a batch that differs stages rows instead.
+        kinds = pgbinary.kinds_for(first.schema, self.layout.names, self.target_types)
+        if kinds is None:
+            return self.rows.stage(task, rest)
+
+        def write(conn: sa.Connection) -> StagedBlocks:
+            rows, blocks = self.store.write_blocks(
+                conn, self.tables.blocks(), self.layout.columns, rest,
+                (task.batch_id, task.writer_id, token), self.options.qualified_table, kinds)
+            return StagedBlocks(task.writer_id, token, rows, blocks)
+
+        return self.sink.task_transaction(task, write)
+
+    @staticmethod
+    def _expected(messages: Sequence[Any]) -> dict[int, tuple[int, int]]:
+        """``token -> (rows, blocks)`` of the attempts that staged blocks, in writer order."""
+        return {m.token: (m.rows, m.blocks) for m in sorted(messages, key=lambda m: m.writer_id)
+                if isinstance(m, StagedBlocks) and m.rows > 0}
+
+    def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        expected = self._expected(messages)
+        if expected:
+            counts = self.store.block_counts(conn, self.tables.blocks(), batch_id, list(expected))
+            check_staged(self.options.sink_id, batch_id, self.options.blocks_table, expected,
+                         counts)
+        self.rows.verify(conn, batch_id, messages)
+
+    def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
+        """COPY the attempts' blocks into the target; the server must report exactly the
+        rows the tasks staged."""
+        expected = self._expected(messages)
+        copied = 0
+        if expected:
+            with self.sink.connect() as reader:  # closed (locks released) before 2e's TRUNCATE
+                copied = self.store.copy_blocks(
+                    conn, reader, self.tables.target_names(self.layout), self.layout.columns,
+                    self.tables.blocks(), batch_id, list(expected))
+            staged = sum(rows for rows, _ in expected.values())
+            if copied != staged:
+                raise JdbcSinkError(
+                    f"eo_jdbc sink {self.options.sink_id!r}: batch {batch_id}: COPY into "
+                    f"{self.options.qualified_table!r} took {copied} rows, the tasks staged "
+                    f"{staged}; nothing was committed")
+        return copied + self.rows.apply(conn, batch_id, messages)
+
+    def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        self.rows.clear(conn, batch_id, messages)
+        rows = sum(n for n, _ in self._expected(messages).values())
+        self.store.clear_blocks(conn, self.tables.blocks(), batch_id, rows)
+
+
+class InlineStaging(Staging):
+    """``foreachBatch``: small partitions go to the driver; larger ones to ``fallback``."""
+
+    def __init__(self, sink: JdbcSink, layout: Layout, rows: RowStaging, fallback: Staging,
+                 limit: int) -> None:
+        super().__init__(sink, layout)
+        self.rows = rows
+        self.fallback = fallback
+        self.limit = limit
+
+    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
+        held: list[pa.RecordBatch] = []
+        n = 0
+        it = iter(batches)
+        for b in it:
+            held.append(b)
+            n += b.num_rows
+            if n > self.limit:
+                return self.fallback.stage(task, itertools.chain(held, it))
+        return InlineRows(task.writer_id, n, _to_ipc(held))
+
+    def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        self.fallback.verify(conn, batch_id, messages)  # driver-side rows need no check
+
+    def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
+        inline = [m for m in messages if isinstance(m, InlineRows) and m.rows > 0]
+        if self.options.mode != "append":
+            # The set-based step applies them with the task-staged rows, in one statement.
+            landed = self.rows.land(conn, batch_id, inline)
+            return self.fallback.apply(conn, batch_id, [*messages, *landed])
+        # Appended rows need no set-based step: COPY/insert them into the target right here.
+        o = self.options
+        target = self.tables.target_for_rows(conn, self.layout)
+        direct = sum(self.sink.dialect.write_rows(
+            conn, target, self.layout.columns, m.batches(), None, o.batch_size,
+            o.qualified_table, self.layout.target_types) for m in inline)
+        return direct + self.fallback.apply(conn, batch_id, messages)
+
+    def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
+        self.fallback.clear(conn, batch_id, messages)
+
+
+def staging_for(sink: JdbcSink, layout: Layout, inline_limit: int | None) -> Staging:
+    """The strategy of a sink with this prepared layout: blocks where the layout says so
+    (PostgreSQL append, every column with a binary form), else rows; wrapped by the inline
+    path when the adapter gave a limit (``foreachBatch``)."""
+    rows = RowStaging(sink, layout)
+    chosen: Staging = rows
+    store = sink.dialect.block_store()
+    if layout.blocks and store is not None and layout.target_types is not None:
+        chosen = BlockStaging(sink, layout, rows, store, layout.target_types)
+    if inline_limit is not None:
+        chosen = InlineStaging(sink, layout, rows, chosen, inline_limit)
+    return chosen
+
+
+def _to_ipc(batches: list[pa.RecordBatch]) -> bytes:
+    if not batches:
+        return b""
+    buf = io.BytesIO()
+    with pa.ipc.new_stream(buf, batches[0].schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    return buf.getvalue()

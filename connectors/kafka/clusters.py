@@ -1,0 +1,203 @@
+"""The source's view of its Kafka clusters, on the driver: metadata, offsets, group commits.
+
+One admin client and one group committer per cluster, created on first use and never
+pickled (the Spark reader that owns them travels to executors). Every answer is keyed by
+``TP = (cluster, topic, partition)``; offsets are next offsets to read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from connectors.core.errors import KafkaSourceError
+from connectors.kafka.offsets import TP, Offsets, tp_name
+from connectors.kafka.options import ClusterSpec, KafkaSourceOptions
+from connectors.kafka.retry import retrying
+
+log = logging.getLogger(__name__)
+
+
+class Clusters:
+    """Driver-side clients of every cluster of one source."""
+
+    def __init__(self, opts: KafkaSourceOptions) -> None:
+        self.opts = opts
+        self._admins: dict[str, Any] = {}
+        self._committers: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_admins"] = {}
+        state["_committers"] = {}
+        return state
+
+    # -- clients ---------------------------------------------------------------------------
+    def admin(self, cluster: ClusterSpec) -> Any:
+        client = self._admins.get(cluster.name)
+        if client is None:
+            from confluent_kafka.admin import AdminClient
+
+            conf: dict[str, Any] = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
+            client = AdminClient(conf)
+            self._admins[cluster.name] = client
+        return client
+
+    def committer(self, cluster: ClusterSpec) -> Any:
+        """A consumer in the source's group; it only commits offsets, never subscribes."""
+        client = self._committers.get(cluster.name)
+        if client is None:
+            from confluent_kafka import Consumer
+
+            conf = cluster.reader_conf(self.opts.group_id)
+            conf["group.id"] = self.opts.group_id
+            client = Consumer(conf)
+            self._committers[cluster.name] = client
+        return client
+
+    def close(self) -> None:
+        for c in self._committers.values():
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001, S110 - closing on stop; nothing to recover
+                pass
+        self._committers = {}
+        self._admins = {}
+
+
+    # -- metadata and offsets ---------------------------------------------------------------
+    def partitions(self) -> dict[TP, None]:
+        """Current partitions matched by every cluster's subscription (sorted)."""
+        out: dict[TP, None] = {}
+        for c in self.opts.clusters:
+            def metadata(c: ClusterSpec = c) -> Any:
+                return self.admin(c).list_topics(timeout=self.opts.poll_timeout_s)
+
+            md = retrying(
+                metadata,
+                what=f"eo_kafka: listing the topics of cluster {c.name or c.bootstrap}",
+                error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
+            )
+            if c.assign:
+                for t, p in c.assign:
+                    meta = md.topics.get(t)
+                    if meta is not None and meta.error is None and p in meta.partitions:
+                        out[(c.name, t, p)] = None
+                continue
+            for topic, meta in md.topics.items():
+                if meta.error is not None or topic.startswith("__"):
+                    continue
+                if c.matches(topic):
+                    for p in meta.partitions:
+                        out[(c.name, topic, p)] = None
+        return dict.fromkeys(sorted(out))
+
+    def _list_offsets(self, tps: list[TP], spec_for: Any) -> Offsets:
+        from confluent_kafka import IsolationLevel, TopicPartition
+
+        out: Offsets = {}
+        for c in self.opts.clusters:
+            mine = [tp for tp in tps if tp[0] == c.name]
+            if not mine:
+                continue
+            isolation = (
+                IsolationLevel.READ_COMMITTED
+                if c.reader_conf(self.opts.group_id)["isolation.level"] == "read_committed"
+                else IsolationLevel.READ_UNCOMMITTED
+            )
+            request = {TopicPartition(tp[1], tp[2]): spec_for(tp) for tp in mine}
+
+            def list_offsets(c: ClusterSpec = c, request: Any = request,
+                             isolation: Any = isolation) -> Offsets:
+                futures = self.admin(c).list_offsets(
+                    request, isolation_level=isolation, request_timeout=self.opts.poll_timeout_s
+                )
+                return {(c.name, ktp.topic, ktp.partition): fut.result().offset
+                        for ktp, fut in futures.items()}
+
+            names = [tp_name(tp) for tp in mine]
+            out.update(retrying(
+                list_offsets,
+                what=f"eo_kafka: ListOffsets on cluster {c.name or c.bootstrap} for "
+                     f"{names[:5]}{' ...' if len(names) > 5 else ''}",
+                error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
+            ))
+        return out
+
+    def latest(self, tps: list[TP]) -> Offsets:
+        """High watermarks (the last stable offset under read_committed)."""
+        from confluent_kafka.admin import OffsetSpec
+
+        spec = OffsetSpec.latest()
+        return self._list_offsets(tps, lambda _tp: spec)
+
+    def earliest(self, tps: list[TP]) -> Offsets:
+        from confluent_kafka.admin import OffsetSpec
+
+        spec = OffsetSpec.earliest()
+        return self._list_offsets(tps, lambda _tp: spec)
+
+    def for_times(self, times: Mapping[TP, int]) -> Offsets:
+        """First offset with timestamp >= the given millis; -1 where there is none."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(list(times), lambda tp: OffsetSpec.for_timestamp(times[tp]))
+
+    def group_offsets(self, cluster: ClusterSpec, tps: list[TP]) -> Offsets:
+        """The source group's committed offsets (absent where the group has none)."""
+        from confluent_kafka import TopicPartition
+
+        mine = [TopicPartition(t, p) for c, t, p in tps if c == cluster.name]
+        if not mine:
+            return {}
+        got = retrying(
+            lambda: self.committer(cluster).committed(mine, timeout=self.opts.poll_timeout_s),
+            what=f"eo_kafka: committed offsets of group {self.opts.group_id!r} on cluster "
+                 f"{cluster.name or cluster.bootstrap}",
+            error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
+        )
+        return {(cluster.name, k.topic, k.partition): k.offset for k in got if k.offset >= 0}
+
+    # -- starting and latest offsets -------------------------------------------------------
+
+    def commit_group(self, offsets: Mapping[TP, int]) -> None:
+        """Commit ``offsets`` (next offsets to read) to the source's consumer group.
+
+        Failure only costs lag visibility, never correctness (Spark's checkpoint or the
+        WAL drives replays), so it is logged, not raised.
+        """
+        from confluent_kafka import TopicPartition
+
+        for c in self.opts.clusters:
+            mine = [TopicPartition(t, p, o) for (cn, t, p), o in sorted(offsets.items())
+                    if cn == c.name]
+            if not mine:
+                continue
+            try:
+                def commit(c: ClusterSpec = c, mine: list[Any] = mine) -> Any:
+                    return self.committer(c).commit(offsets=mine, asynchronous=False)
+
+                # Monitoring only: a short deadline, so a lost coordinator never stalls
+                # planning for long.
+                retrying(
+                    commit,
+                    what=f"eo_kafka: committing offsets to group {self.opts.group_id!r}",
+                    error=KafkaSourceError, timeout=min(self.opts.metadata_retry_timeout, 10.0),
+                )
+            except Exception as e:  # noqa: BLE001 - monitoring only, see docstring
+                log.warning(
+                    "eo_kafka: committing offsets to group %r on %s failed: %s",
+                    self.opts.group_id, c.name or c.bootstrap, e,
+                )
+
+
+
+def _admin_key(key: str) -> bool:
+    # Consumer-only settings make AdminClient warn; pass the connection/security ones.
+    consumer_only = (
+        "group.", "isolation.level", "auto.", "enable.auto", "enable.partition.eof",
+        "queued.", "fetch.", "max.poll", "session.timeout", "heartbeat", "partition.assignment",
+        "check.crcs", "group.id",
+    )
+    return not key.startswith(consumer_only)

@@ -1,0 +1,560 @@
+"""Options of the ``eo_kafka`` source and sink: Spark's string options parsed once into
+frozen, picklable specs (they travel to executors; no connections).
+
+- :class:`KafkaSourceOptions` (with :class:`ClusterSpec` and :class:`StartSpec`): Spark's
+  Kafka source options, same names and semantics (docs/kafka-source.md lists them);
+- :class:`KafkaSinkOptions`: the sink's (docs/kafka-sink.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.core.errors import KafkaSourceError, OptionError
+from connectors.core.options import OptionReader, RedactedDict
+from connectors.kafka import recovery
+from connectors.kafka.offsets import (
+    TP,
+    Offsets,
+    decode_offsets,
+    encode_offsets,
+    parse_partition_offsets,
+)
+from connectors.kafka.producers import producer_config
+from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
+
+FAMILY = "eo_kafka"
+DEFAULT_GROUP_PREFIX = "eo-kafka-source"
+
+
+@dataclass(frozen=True)
+class KafkaSinkOptions:
+    """The parsed options of one ``eo_kafka`` sink."""
+
+    sink_id: str
+    wal_path: str
+    # librdkafka producer settings (PRODUCER_DEFAULTS + kafka.*); repr hides secrets.
+    producer_conf: RedactedDict = field(compare=False)
+    topic: str | None = None
+    deterministic_order: bool = False
+    transactional: bool = False
+    unsafe: bool = False
+    flush_timeout: float = 300.0
+    scan_timeout: float = 120.0
+    metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
+
+    @classmethod
+    def create(
+        cls,
+        sink_id: str,
+        wal_path: str,
+        *,
+        bootstrap_servers: str | None,
+        topic: str | None,
+        kafka_options: Mapping[str, Any] | None,
+        deterministic_order: bool,
+        transactional: bool,
+        unsafe: bool,
+        flush_timeout: float,
+        scan_timeout: float,
+        metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
+    ) -> KafkaSinkOptions:
+        """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
+        if not sink_id or not str(sink_id).strip():
+            raise OptionError(
+                f"{FAMILY}: option 'sink_id' is required: a stable name for this sink, unique "
+                "per output (it is part of every recovery key and transactional.id)",
+                option="sink_id",
+            )
+        if not wal_path or not str(wal_path).strip():
+            raise OptionError(
+                f"{FAMILY}: option 'walPath' is required: a directory (local or hdfs://) for "
+                "the sink's commit log and started markers, stable across restarts",
+                option="walPath",
+            )
+        sink_id = str(sink_id).strip()
+        recovery.key_prefix(sink_id, 0, 0)  # validates the sink id's length
+        return cls(
+            sink_id=sink_id,
+            wal_path=str(wal_path).strip(),
+            producer_conf=producer_config(kafka_options, bootstrap_servers, unsafe),
+            topic=topic.strip() if topic and topic.strip() else None,
+            deterministic_order=bool(deterministic_order),
+            transactional=bool(transactional),
+            unsafe=bool(unsafe),
+            flush_timeout=float(flush_timeout),
+            scan_timeout=float(scan_timeout),
+            metadata_retry_timeout=float(metadata_retry_timeout),
+        )
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaSinkOptions:
+        """From Spark's string options (``writeStream.format("eo_kafka")``)."""
+        r = OptionReader(options, family=FAMILY)
+        sink_id = r.required("sink_id", "a stable name for this sink, unique per output")
+        wal_path = r.required("walPath", "a directory for the sink's commit log and markers")
+        servers = r.required("kafka.bootstrap.servers", "the brokers' host:port list")
+        parsed = cls.create(
+            sink_id,
+            wal_path,
+            bootstrap_servers=servers,
+            topic=r.string("topic"),
+            kafka_options=r.prefixed("kafka."),
+            deterministic_order=r.boolean("deterministicOrder", False),
+            transactional=r.boolean("transactional", False),
+            unsafe=r.boolean("unsafe", False),
+            flush_timeout=r.duration("flushTimeout", 300.0, minimum=1) or 300.0,
+            scan_timeout=r.duration("scanTimeout", 120.0, minimum=1) or 120.0,
+            metadata_retry_timeout=_retry_timeout(r),
+        )
+        r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
+        return parsed
+
+
+def _retry_timeout(r: OptionReader) -> float:
+    """``metadataRetryTimeout``: how long metadata, ListOffsets and group-offset requests are
+    asked again on transient errors (a leader election, a coordinator loading)."""
+    value = r.duration("metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, minimum=0)
+    return DEFAULT_RETRY_TIMEOUT if value is None else float(value)
+
+
+# -- the source ------------------------------------------------------------------------------
+# librdkafka settings the source owns. Users set the Spark-level option instead.
+_REFUSED_KAFKA = {
+    "enable.auto.commit": "the source commits offsets itself after each window "
+    "(see kafka.group.id / groupIdPrefix); remove kafka.enable.auto.commit",
+    "auto.offset.reset": "use startingOffsets (earliest | latest | group | JSON) instead",
+    "enable.auto.offset.store": "the source reads by position and stores no offsets",
+}
+
+# Reader defaults that users may override through kafka.*.
+_READER_DEFAULTS = {
+    "isolation.level": "read_committed",
+    # 32 MiB of prefetch per partition keeps a Python worker's memory bounded whatever the
+    # backlog (librdkafka's default is 64 MiB).
+    "queued.max.messages.kbytes": "32768",
+}
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """Where a query starts (or, for ``endingOffsets``, where a batch read ends).
+
+    ``kind`` is ``earliest``, ``latest``, ``group``, ``offsets`` (per-partition JSON, with
+    -2/-1), ``timestamps`` (per-partition millis) or ``timestamp`` (one millis for all).
+    """
+
+    kind: str
+    offsets: tuple[tuple[str, int, int], ...] = ()
+    timestamp: int | None = None
+
+    def offset_map(self) -> dict[tuple[str, int], int]:
+        return {(t, p): o for t, p, o in self.offsets}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """One Kafka cluster of the source and what to read from it."""
+
+    name: str
+    bootstrap: str
+    subscribe: tuple[str, ...] = ()
+    subscribe_pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] = ()
+    starting: StartSpec = StartSpec("latest")
+    # librdkafka settings from kafka.* (bootstrap.servers included); repr hides secrets.
+    kafka: RedactedDict = field(default_factory=RedactedDict, compare=False)
+
+    def describe_subscription(self) -> str:
+        if self.subscribe:
+            return f"subscribe={','.join(self.subscribe)}"
+        if self.subscribe_pattern is not None:
+            return f"subscribePattern={self.subscribe_pattern}"
+        return "assign=" + json.dumps(_assign_json(self.assign), sort_keys=True)
+
+    def matches(self, topic: str) -> bool:
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.subscribe_pattern is not None:
+            return re.fullmatch(self.subscribe_pattern, topic) is not None
+        return any(t == topic for t, _ in self.assign)
+
+    def reader_conf(self, group_id: str) -> dict[str, str]:
+        """librdkafka configuration of the executors' range readers."""
+        conf: dict[str, str] = dict(_READER_DEFAULTS)
+        conf.update(self.kafka)
+        conf.update(
+            {
+                # Required by librdkafka; the readers only assign(), never join or commit.
+                "group.id": conf.get("group.id", group_id),
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "enable.partition.eof": "true",
+                # An offset outside the log is reported, never silently reset: that is how
+                # data loss is detected (failOnDataLoss).
+                "auto.offset.reset": "error",
+            }
+        )
+        return conf
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """The parsed, validated options of an ``eo_kafka`` read (picklable, no connections).
+
+    Build it with :meth:`from_options` from Spark's string options. Option names and
+    semantics are Spark's built-in Kafka source's; docs/kafka-source.md lists them.
+    """
+
+    clusters: tuple[ClusterSpec, ...]
+    multi_cluster: bool = False
+    ending: StartSpec | None = None
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_s: float = 900.0
+    max_bytes_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    group_id: str = DEFAULT_GROUP_PREFIX
+    wal_path: str | None = None
+    poll_timeout_s: float = 120.0
+    metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
+    timestamp_strategy: str = "error"
+    arrow_batch_records: int = 20000
+    #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
+    window: int | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, batch: bool = False) -> KafkaSourceOptions:
+        """Parse Spark's options. ``batch=True`` for ``spark.read`` (allows endingOffsets)."""
+        r = OptionReader(options, family=FAMILY)
+        default_start = "earliest" if batch else "latest"
+        top_kafka = r.prefixed("kafka.")
+        _refuse_kafka_settings(r, top_kafka)
+        clusters_json = r.json("clusters", expect=list)
+        fail_on_data_loss = r.boolean("failOnDataLoss", True)
+
+        if clusters_json is None:
+            sub = r.exclusive("subscribe", "subscribePattern", "assign", required=True)
+            bootstrap = r.required("kafka.bootstrap.servers", "e.g. 'host1:9092,host2:9092'")
+            spec = _cluster_spec(
+                r, name="", bootstrap=bootstrap, which=sub, source=None,
+                kafka=top_kafka, default_start=default_start,
+            )
+            clusters: tuple[ClusterSpec, ...] = (spec,)
+            multi = False
+        else:
+            for name in ("subscribe", "subscribePattern", "assign"):
+                if r.has(name):
+                    raise r.error(
+                        name,
+                        "cannot be combined with 'clusters'",
+                        "put subscribe/subscribePattern/assign inside each clusters entry",
+                    )
+            clusters = _parse_clusters(r, clusters_json, top_kafka, default_start)
+            multi = True
+
+        ending: StartSpec | None = None
+        ending_text = r.string("endingOffsets")
+        if ending_text is not None:
+            if not batch:
+                raise r.error(
+                    "endingOffsets",
+                    "is only valid for batch reads (spark.read)",
+                    "remove it from the streaming query, or use Trigger.AvailableNow",
+                )
+            if ending_text.lower() == "latest":
+                ending = StartSpec("latest")
+            elif ending_text.lower() == "earliest":
+                raise r.error("endingOffsets", "cannot be 'earliest'", "use 'latest' or JSON")
+            else:
+                parsed = parse_partition_offsets(ending_text, "endingOffsets", allow_earliest=False)
+                ending = StartSpec("offsets", _triples(parsed))
+        elif batch:
+            ending = StartSpec("latest")
+
+        max_offsets = r.integer("maxOffsetsPerTrigger", None, minimum=1)
+        min_offsets = r.integer("minOffsetsPerTrigger", None, minimum=1)
+        max_delay = r.duration("maxTriggerDelay", 900.0, minimum=0)
+        if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+            raise r.error(
+                "minOffsetsPerTrigger",
+                f"({min_offsets}) is larger than maxOffsetsPerTrigger ({max_offsets})",
+                "make minOffsetsPerTrigger <= maxOffsetsPerTrigger",
+            )
+        max_bytes = r.integer("maxBytesPerTrigger", None, minimum=1)
+        min_partitions = r.integer("minPartitions", None, minimum=1)
+        max_per_partition = r.integer("maxRecordsPerPartition", None, minimum=1)
+        include_headers = r.boolean("includeHeaders", False)
+        wal_path = r.string("walPath")
+        if wal_path is not None:
+            from connectors.core.storage import storage_for
+
+            storage_for(wal_path)  # refuses object stores and bad URLs now, not mid-query
+        group_id = _group_id(r, top_kafka, clusters, wal_path)
+        poll_ms = r.integer("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
+        strategy = r.choice(
+            "startingOffsetsByTimestampStrategy", ["error", "latest"], default="error"
+        )
+        arrow_batch = r.integer("arrowBatchRecords", 20000, minimum=1)
+        window = r.integer("eo.window", None, minimum=0)
+        if window is not None and wal_path is None:
+            raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
+        r.warn_unknown(prefixes=("kafka.",))
+        return cls(
+            clusters=clusters,
+            multi_cluster=multi,
+            ending=ending,
+            max_offsets_per_trigger=max_offsets,
+            min_offsets_per_trigger=min_offsets,
+            max_trigger_delay_s=float(max_delay if max_delay is not None else 900.0),
+            max_bytes_per_trigger=max_bytes,
+            min_partitions=min_partitions,
+            max_records_per_partition=max_per_partition,
+            fail_on_data_loss=fail_on_data_loss,
+            include_headers=include_headers,
+            group_id=group_id,
+            wal_path=wal_path,
+            poll_timeout_s=(poll_ms or 120_000) / 1000.0,
+            metadata_retry_timeout=_retry_timeout(r),
+            timestamp_strategy=strategy or "error",
+            arrow_batch_records=arrow_batch or 20000,
+            window=window,
+        )
+
+    def cluster(self, name: str) -> ClusterSpec:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise KafkaSourceError(
+            f"eo_kafka: offsets name cluster {name!r}, which is not in the 'clusters' option "
+            f"({[c.name for c in self.clusters]}); a query's clusters cannot change between runs"
+        )
+
+    def encode(self, offsets: Mapping[TP, int]) -> dict[str, Any]:
+        """Offsets -> Spark's offset JSON dict (Spark's offset log, the window WAL)."""
+        return encode_offsets(offsets, self.multi_cluster)
+
+    def decode(self, obj: Mapping[str, Any]) -> Offsets:
+        """Spark's offset JSON dict -> offsets ``{(cluster, topic, partition): next_offset}``."""
+        return decode_offsets(obj, self.multi_cluster)
+
+
+def _refuse_kafka_settings(r: OptionReader, kafka: Mapping[str, str]) -> None:
+    for key, why in _REFUSED_KAFKA.items():
+        if key in kafka:
+            raise r.error(f"kafka.{key}", "is not supported by the eo_kafka source", why)
+
+
+def _triples(parsed: Mapping[tuple[str, int], int]) -> tuple[tuple[str, int, int], ...]:
+    return tuple(sorted((t, p, o) for (t, p), o in parsed.items()))
+
+
+def _assign_json(assign: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for t, p in assign:
+        out.setdefault(t, []).append(p)
+    return out
+
+
+def _parse_assign(r: OptionReader, text: str, option: str) -> tuple[tuple[str, int], ...]:
+    valid = 'give JSON like {"topicA": [0, 1], "topicB": [2]}'
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        raise r.error(option, "is not valid JSON", valid) from None
+    if not isinstance(obj, dict) or not obj:
+        raise r.error(option, "must be a non-empty JSON object", valid)
+    out: list[tuple[str, int]] = []
+    for topic, parts in obj.items():
+        if not isinstance(parts, list) or not parts:
+            raise r.error(option, f"has no partition list for topic {topic!r}", valid)
+        for p in parts:
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise r.error(option, f"has an invalid partition {p!r} in {topic!r}", valid)
+            out.append((topic, p))
+    return tuple(sorted(set(out)))
+
+
+def _parse_start(r: OptionReader, text: str | None, option: str, default: str) -> StartSpec:
+    if text is None:
+        return StartSpec(default)
+    lowered = text.strip().lower()
+    if lowered in ("earliest", "latest", "group"):
+        return StartSpec(lowered)
+    if not text.strip().startswith("{"):
+        raise r.error(
+            option,
+            f"has invalid value {text!r}",
+            "use 'earliest', 'latest', 'group' or per-partition JSON "
+            '{"topic": {"0": 23, "1": -2}} (-2 = earliest, -1 = latest)',
+        )
+    return StartSpec("offsets", _triples(parse_partition_offsets(text, option)))
+
+
+def _cluster_spec(
+    r: OptionReader,
+    *,
+    name: str,
+    bootstrap: str,
+    which: str | None,
+    source: Mapping[str, Any] | None,
+    kafka: Mapping[str, str],
+    default_start: str,
+) -> ClusterSpec:
+    """One cluster, from the top-level options (``source=None``) or a ``clusters`` entry."""
+
+    def get(opt: str) -> str | None:
+        if source is None:
+            return r.string(opt)
+        for k, v in source.items():
+            if k.lower() == opt.lower():
+                return v if isinstance(v, str) else json.dumps(v)
+        return None
+
+    where = "" if source is None else f" (clusters entry {name!r})"
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] = ()
+    if which == "subscribe":
+        subscribe = tuple(t.strip() for t in (get("subscribe") or "").split(",") if t.strip())
+        if not subscribe:
+            raise r.error("subscribe" + where, "names no topic", "give 'topicA,topicB'")
+    elif which == "subscribePattern":
+        pattern = get("subscribePattern") or ""
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise r.error(
+                "subscribePattern" + where, f"is not a valid regular expression ({e})",
+                "give a Java/Python regex such as 'events-.*'",
+            ) from None
+    else:
+        assign = _parse_assign(r, get("assign") or "", "assign" + where)
+
+    starting_text = get("startingOffsets") if source is not None else None
+    if starting_text is None:
+        starting_text = r.string("startingOffsets")
+    by_ts_text = r.string("startingOffsetsByTimestamp")
+    ts_text = r.string("startingTimestamp")
+    given = [n for n, v in (("startingOffsets", starting_text),
+                            ("startingOffsetsByTimestamp", by_ts_text),
+                            ("startingTimestamp", ts_text)) if v is not None]
+    if len(given) > 1 and source is None:
+        raise OptionError(
+            f"{FAMILY}: options {given} cannot be used together; set only one of "
+            "startingOffsets, startingOffsetsByTimestamp, startingTimestamp",
+            option=given[0],
+        )
+    if ts_text is not None and (source is None or starting_text is None):
+        try:
+            ts = int(ts_text)
+        except ValueError:
+            raise r.error(
+                "startingTimestamp", f"must be epoch milliseconds, got {ts_text!r}",
+                "give an integer such as 1700000000000",
+            ) from None
+        if ts < 0:
+            raise r.error("startingTimestamp", "is negative", "give epoch milliseconds >= 0")
+        starting = StartSpec("timestamp", timestamp=ts)
+    elif by_ts_text is not None and (source is None or starting_text is None):
+        parsed = parse_partition_offsets(by_ts_text, "startingOffsetsByTimestamp", timestamps=True)
+        starting = StartSpec("timestamps", _triples(parsed))
+    else:
+        starting = _parse_start(r, starting_text, "startingOffsets" + where, default_start)
+
+    conf = RedactedDict(kafka)
+    conf["bootstrap.servers"] = bootstrap
+    return ClusterSpec(
+        name=name,
+        bootstrap=bootstrap,
+        subscribe=subscribe,
+        subscribe_pattern=pattern,
+        assign=assign,
+        starting=starting,
+        kafka=conf,
+    )
+
+
+def _parse_clusters(
+    r: OptionReader, entries: list[Any], top_kafka: Mapping[str, str], default_start: str
+) -> tuple[ClusterSpec, ...]:
+    valid = (
+        'give a JSON list such as [{"name": "east", "bootstrap": "h1:9092", '
+        '"subscribe": "events"}, {"bootstrap": "h2:9092", "assign": {"t": [0]}}]'
+    )
+    if not entries:
+        raise r.error("clusters", "is an empty list", valid)
+    out: list[ClusterSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise r.error("clusters", f"entry {i} is not an object", valid)
+        lowered = {str(k).lower(): v for k, v in entry.items()}
+        bootstrap = lowered.get("bootstrap") or lowered.get("kafka.bootstrap.servers")
+        if not isinstance(bootstrap, str) or not bootstrap.strip():
+            raise r.error("clusters", f"entry {i} has no 'bootstrap'", valid)
+        name = str(lowered.get("name") or bootstrap)
+        if name in seen:
+            raise r.error("clusters", f"names cluster {name!r} twice", "give unique names")
+        seen.add(name)
+        present = [k for k in ("subscribe", "subscribepattern", "assign") if k in lowered]
+        if len(present) != 1:
+            raise r.error(
+                "clusters",
+                f"entry {name!r} must have exactly one of subscribe, subscribePattern, assign "
+                f"(has {present or 'none'})",
+                valid,
+            )
+        which = {"subscribe": "subscribe", "subscribepattern": "subscribePattern",
+                 "assign": "assign"}[present[0]]
+        kafka = RedactedDict(top_kafka)
+        kafka.pop("bootstrap.servers", None)
+        for k, v in lowered.items():
+            if k.startswith("kafka.") and k != "kafka.bootstrap.servers":
+                kafka[k[len("kafka."):]] = str(v)
+        _refuse_kafka_settings(r, kafka)
+        out.append(
+            _cluster_spec(
+                r, name=name, bootstrap=bootstrap.strip(), which=which, source=entry,
+                kafka=kafka, default_start=default_start,
+            )
+        )
+    return tuple(out)
+
+
+def _group_id(
+    r: OptionReader,
+    kafka: Mapping[str, str],
+    clusters: tuple[ClusterSpec, ...],
+    wal_path: str | None,
+) -> str:
+    """``kafka.group.id`` as given; else ``<groupIdPrefix>-<stable identity>``.
+
+    The identity is a hash of ``walPath`` when set (one WAL = one pipeline), else of the
+    clusters and subscriptions. It never changes between runs, so lag tools keep one group.
+    """
+    explicit = kafka.get("group.id")
+    prefix = r.string("groupIdPrefix")
+    if explicit is not None and prefix is not None:
+        raise OptionError(
+            f"{FAMILY}: options ['kafka.group.id', 'groupIdPrefix'] cannot be used together; "
+            "set only one",
+            option="groupIdPrefix",
+        )
+    if explicit is not None:
+        return explicit
+    if wal_path is not None:
+        identity = "wal:" + wal_path
+    else:
+        identity = ";".join(f"{c.bootstrap}|{c.describe_subscription()}" for c in clusters)
+    digest = hashlib.sha1(identity.encode(), usedforsecurity=False).hexdigest()[:12]
+    return f"{prefix or DEFAULT_GROUP_PREFIX}-{digest}"
+

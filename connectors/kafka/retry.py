@@ -1,0 +1,106 @@
+"""Retry of Kafka admin and metadata requests on errors Kafka itself calls transient.
+
+A new topic's leader is not known for a moment; a rolling restart moves leaders; a group
+coordinator loads its state after a failover. Kafka answers those with
+NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and the
+like, and the right reaction is to ask again shortly. Every ListOffsets, metadata and
+group-offset request of the source and the sink goes through :func:`retrying`, which asks
+again with exponential backoff until a deadline (the option ``metadataRetryTimeout``,
+default 60 s), then fails with one error that names the request, the topic-partitions and
+the last error. Anything else fails at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from connectors.core.errors import ConnectorError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The default deadline of :func:`retrying`, in seconds (option ``metadataRetryTimeout``).
+DEFAULT_RETRY_TIMEOUT = 60.0
+
+# Transient by Kafka's protocol, whatever librdkafka's retriable flag says in a given path
+# (an error from a future of the admin API does not always carry it).
+_TRANSIENT_NAMES = (
+    "NOT_LEADER_FOR_PARTITION",
+    "LEADER_NOT_AVAILABLE",
+    "NOT_COORDINATOR",
+    "COORDINATOR_NOT_AVAILABLE",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "REQUEST_TIMED_OUT",
+    "NOT_ENOUGH_REPLICAS",
+    "UNSTABLE_OFFSET_COMMIT",
+    "OFFSET_NOT_AVAILABLE",
+    "FENCED_LEADER_EPOCH",
+    "UNKNOWN_LEADER_EPOCH",
+    "REBALANCE_IN_PROGRESS",
+    "_TRANSPORT",
+    "_TIMED_OUT",
+    "_WAIT_COORD",
+)
+
+
+def kafka_error(exc: BaseException) -> Any | None:
+    """The ``confluent_kafka.KafkaError`` inside ``exc`` (or ``exc`` itself), else None."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(exc, KafkaError):
+        return exc
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for an error a retry can cure: librdkafka's ``retriable()`` or a code Kafka's
+    protocol defines as transient; never for a fatal error."""
+    err = kafka_error(exc)
+    if err is None:
+        return False
+    if err.fatal():
+        return False
+    if err.retriable():
+        return True
+    return str(err.name()) in _TRANSIENT_NAMES
+
+
+def retrying(
+    call: Callable[[], T],
+    *,
+    what: str,
+    error: type[ConnectorError],
+    timeout: float = DEFAULT_RETRY_TIMEOUT,
+    first_backoff: float = 0.05,
+    max_backoff: float = 2.0,
+) -> T:
+    """``call()``, asked again on transient Kafka errors until ``timeout`` seconds have
+    passed. ``what`` names the request and its objects ("ListOffsets of orders[3]");
+    the final error is ``error`` with ``what``, the attempts and the last Kafka error."""
+    deadline = time.monotonic() + timeout
+    backoff = first_backoff
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return call()
+        except ConnectorError:
+            raise
+        except Exception as e:
+            if not is_transient(e):
+                raise error(f"{what} failed: {e}") from e
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise error(
+                    f"{what} still failed after {attempt} attempts in {timeout:.0f}s "
+                    f"(metadataRetryTimeout): {e}"
+                ) from e
+            log.info("%s: transient error (attempt %d), asking again: %s", what, attempt, e)
+            time.sleep(min(backoff, left))
+            backoff = min(backoff * 2, max_backoff)

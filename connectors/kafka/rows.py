@@ -1,0 +1,229 @@
+"""Row shaping and routing for the exactly-once Kafka sink (DESIGN.md section 6).
+
+One task's Arrow batches become :class:`Rows` (columns ready for ``produce()``), numbered by
+their position after ``deterministic_order``; :func:`route` gives every row its target
+partition (``connectors.kafka.partitioner``) and a small id per target topic-partition for
+the vectorised dedupe decision (``connectors.kafka.recovery.decide``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors.core.errors import KafkaSinkError
+from connectors.kafka import partitioner
+
+FAMILY = "eo_kafka"
+
+
+@dataclass
+class Rows:
+    """The rows of one task, ready to produce; row ``i`` has seq ``i``."""
+
+    n: int
+    values: list[bytes | None]
+    keys: pa.Array | None
+    topics: list[str]  # distinct topic names
+    topic_idx: np.ndarray  # per row, index into topics
+    explicit: pa.Array | None  # per row partition column (nullable) or None
+    headers: list[Any] | None  # per row list of (str, bytes) or None
+
+    @property
+    def seqs(self) -> np.ndarray:
+        return np.arange(self.n, dtype=np.int64)
+
+
+def shape(table: pa.Table, topic: str | None, sink_id: str) -> Rows:
+    """``table``'s columns (``value``, ``key``, ``topic``, ``partition``, ``headers``) as
+    ``produce()`` takes them; the ``topic`` option, when set, wins over a column."""
+    n = table.num_rows
+    names = table.column_names
+    values = as_binary(table.column("value")).to_pylist()
+    keys = as_binary(table.column("key")) if "key" in names else None
+    if keys is not None and keys.null_count == n:
+        keys = None
+    if topic is not None:
+        topics = [topic]
+        topic_idx = np.zeros(n, dtype=np.int64)
+    else:
+        col = table.column("topic")
+        if col.null_count:
+            raise KafkaSinkError(
+                f"{FAMILY} {sink_id}: {col.null_count} rows have a null 'topic' and no "
+                "'topic' option is set; give every row a topic or set the option"
+            )
+        enc = pc.dictionary_encode(col).combine_chunks()
+        topics = [str(t) for t in enc.dictionary.to_pylist()]
+        topic_idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    explicit = None
+    if "partition" in names:
+        col = table.column("partition").combine_chunks()
+        explicit = col if col.null_count < n else None
+    headers = None
+    if "headers" in names and table.column("headers").null_count < n:
+        headers = [
+            [(h["key"], h["value"]) for h in row] if row else None
+            for row in table.column("headers").to_pylist()
+        ]
+    return Rows(n, values, keys, topics, topic_idx, explicit, headers)
+
+
+def as_binary(arr: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
+    if pa.types.is_null(arr.type):
+        arr = pa.nulls(len(arr), pa.binary())
+    return arr
+
+
+def headers_sort_key(headers: pa.ChunkedArray) -> pa.Array:
+    """A binary column that orders rows by their headers (tie-break after key and value)."""
+    out: list[bytes | None] = []
+    for h in headers.to_pylist():
+        if h is None:
+            out.append(None)
+            continue
+        parts = []
+        for item in h:
+            k = (item.get("key") or "").encode()
+            v = item.get("value") or b""
+            parts.append(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
+        out.append(b"".join(parts))
+    return pa.array(out, pa.binary())
+
+
+def deterministic_order(table: pa.Table) -> pa.Table:
+    """Rows sorted by (key, value, topic, partition, headers), nulls first.
+
+    Spark does not promise the order of rows inside a partition after a shuffle, so a replay
+    could number the same rows differently. Sorting makes seq a function of the rows alone;
+    rows that tie on every column are identical, so their order does not matter.
+    """
+    if table.num_rows <= 1:
+        return table
+    cols: list[str] = []
+    work = table
+    for name in ("key", "value", "topic", "partition"):
+        if name in table.column_names and not pa.types.is_null(table.schema.field(name).type):
+            cols.append(name)
+    if "headers" in table.column_names and table.column("headers").null_count < table.num_rows:
+        work = work.append_column("__eo_headers_key", headers_sort_key(table.column("headers")))
+        cols.append("__eo_headers_key")
+    if not cols:
+        return table
+    try:  # pyarrow >= 25 takes the null placement per key
+        order = pc.sort_indices(work, sort_keys=[(c, "ascending", "at_start") for c in cols])
+    except (TypeError, ValueError):
+        order = pc.sort_indices(
+            work, sort_keys=[(c, "ascending") for c in cols], null_placement="at_start"
+        )
+    return table.take(order)
+
+
+def check_columns(schema: pa.Schema, topic: str | None) -> None:
+    """Driver, before any task: the columns Spark's Kafka sink reads, with their types."""
+    names = schema.names
+    if "value" not in names:
+        raise KafkaSinkError(
+            f"{FAMILY}: the DataFrame has no 'value' column (columns: {names}); select "
+            "the record payload as 'value' (binary or string), optionally with 'key', "
+            "'headers', 'topic' and 'partition'"
+        )
+    for name in ("key", "value"):
+        if name in names:
+            t = schema.field(name).type
+            if not (
+                pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t)
+                or pa.types.is_large_string(t) or pa.types.is_null(t)
+            ):
+                raise KafkaSinkError(
+                    f"{FAMILY}: column '{name}' has type {t}; it must be binary or string "
+                    f"(cast it, e.g. to_json(...) or cast({name} as string))"
+                )
+    if "topic" in names:
+        t = schema.field("topic").type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+            raise KafkaSinkError(f"{FAMILY}: column 'topic' has type {t}; it must be string")
+    elif topic is None:
+        raise KafkaSinkError(
+            f"{FAMILY}: no target topic: set option 'topic' or add a 'topic' column"
+        )
+    if "partition" in names and not pa.types.is_integer(schema.field("partition").type):
+        raise KafkaSinkError(
+            f"{FAMILY}: column 'partition' has type {schema.field('partition').type}; it "
+            "must be an integer"
+        )
+    if "headers" in names:
+        t = schema.field("headers").type
+        ok = pa.types.is_list(t) and pa.types.is_struct(t.value_type)
+        item = t.value_type if ok else None
+        fields = {item.field(i).name for i in range(item.num_fields)} if item else set()
+        if not ok or not {"key", "value"} <= fields:
+            raise KafkaSinkError(
+                f"{FAMILY}: column 'headers' has type {t}; it must be "
+                "array<struct<key:string,value:binary>>"
+            )
+
+
+@dataclass
+class Routing:
+    """Where the rows go: ``parts[i]`` is row i's partition, ``target_ids[i]`` a small id of
+    its (topic, partition), ``tp_of`` maps the ids in use back; ``counts`` are the topics'
+    partition counts the routing used."""
+
+    counts: dict[str, int]
+    parts: np.ndarray
+    target_ids: np.ndarray
+    tp_of: dict[int, tuple[str, int]]
+
+    @property
+    def names(self) -> dict[int, str]:
+        return {i: f"{t}[{p}]" for i, (t, p) in self.tp_of.items()}
+
+    def ids(self) -> dict[tuple[str, int], int]:
+        return {tp: i for i, tp in self.tp_of.items()}
+
+    def partition_counts(self) -> dict[str, dict[str, int]]:
+        """Rows per target ``{topic: {partition: n}}`` (the task report's figure)."""
+        ids, counts = np.unique(self.target_ids, return_counts=True)
+        out: dict[str, dict[str, int]] = {}
+        for i, c in zip(ids.tolist(), counts.tolist(), strict=True):
+            t, p = self.tp_of[i]
+            out.setdefault(t, {})[str(p)] = c
+        return out
+
+
+def route(rows: Rows, counts: Mapping[str, int], sink_id: str) -> Routing:
+    """Route every row with the topics' partition ``counts`` (``partitioner.route``)."""
+    per_row_count = np.asarray([counts[t] for t in rows.topics], dtype=np.int64)[rows.topic_idx]
+    parts = partitioner.route(rows.keys, rows.explicit, rows.seqs, per_row_count)
+    _check_explicit(rows, parts, per_row_count, sink_id)
+    base = np.concatenate([[0], np.cumsum([counts[t] for t in rows.topics])]).astype(np.int64)
+    target_ids = base[rows.topic_idx] + parts
+    tp_of = {int(i): _tp_of(int(i), rows.topics, base) for i in np.unique(target_ids)}
+    return Routing({t: counts[t] for t in rows.topics}, parts, target_ids, tp_of)
+
+
+def _check_explicit(rows: Rows, parts: np.ndarray, counts: np.ndarray, sink_id: str) -> None:
+    bad = (parts < 0) | (parts >= counts)
+    if bad.any():
+        i = int(np.nonzero(bad)[0][0])
+        raise KafkaSinkError(
+            f"{FAMILY} {sink_id}: {int(bad.sum())} rows name a partition that does not "
+            f"exist, e.g. partition {int(parts[i])} of topic "
+            f"{rows.topics[int(rows.topic_idx[i])]!r}, which has {int(counts[i])} "
+            f"partitions (valid: 0..{int(counts[i]) - 1})"
+        )
+
+
+def _tp_of(target_id: int, topics: list[str], base: np.ndarray) -> tuple[str, int]:
+    t = int(np.searchsorted(base, target_id, side="right") - 1)
+    return topics[t], target_id - int(base[t])

@@ -1,0 +1,419 @@
+"""The delivery modes of the exactly-once Kafka sink, one task attempt each (DESIGN.md s. 6).
+
+As in flink-connector-kafka (``KafkaWriter`` / ``ExactlyOnceKafkaWriter``), the mode is a
+type, chosen once per task by ``KafkaSink.stage``:
+
+- :class:`KafkaWriter`, the base: steps 1 and 3 of the protocol. A committed batch writes
+  nothing; rows are routed by the sink itself, produced in seq order partition by partition,
+  flushed, and any delivery error fails the task. What a mode adds are hooks: how step 2
+  finds what an earlier attempt wrote (``recover``), which producer serves the attempt
+  (``open_producer``) and how its output becomes final or is given up (``begin``,
+  ``complete``, ``on_failure``, ``release``).
+- :class:`RecoveryKeyWriter`: the recovery-key header ``eo-rk`` on every record, a started
+  marker before the first record, and on a retry a scan that skips what is already there. A
+  cached idempotent producer per worker.
+- :class:`TransactionalWriter` (``transactional=true``): the same recovery, inside one Kafka
+  transaction per task attempt; ``init_transactions`` fences a zombie attempt first, and the
+  scan counts committed records only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from connectors.core import failpoints
+from connectors.core.errors import KafkaSinkError
+from connectors.core.sink import TaskInfo
+from connectors.core.sink_state import SinkState
+from connectors.kafka import producers, recovery
+from connectors.kafka.options import KafkaSinkOptions
+from connectors.kafka.producers import ProducerSlot
+from connectors.kafka.retry import is_transient, retrying
+from connectors.kafka.rows import Routing, Rows, deterministic_order, route, shape
+
+log = logging.getLogger(__name__)
+
+FAMILY = "eo_kafka"
+
+# Failpoints, one per protocol step (see the KafkaSink docstring).
+FP_AFTER_MARKER = "kafka_sink.after_marker"
+FP_MID_PRODUCE = "kafka_sink.mid_produce"
+FP_AFTER_FLUSH = "kafka_sink.after_flush"
+
+
+@dataclass
+class TaskReport:
+    """The stage message of one task (picklable, small)."""
+
+    writer: int
+    attempt: int
+    rows: int = 0
+    produced: int = 0
+    skipped: int = 0
+    retry: bool = False
+    already_committed: bool = False
+    scan_records: int = 0
+    scan_seconds: float = 0.0
+    seconds: float = 0.0
+    partitions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class KafkaWriter:
+    """One task attempt writing batch B, writer partition w: steps 1 and 3, and the hooks
+    a delivery mode fills in (step 2 and the producer's lifecycle)."""
+
+    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
+        self.options = options
+        self.state = state
+        self.task = task
+        self.sink_id = options.sink_id
+        self.report = TaskReport(writer=task.writer_id, attempt=task.attempt)
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
+        began = time.perf_counter()
+        b, w = self.task.batch_id, self.task.writer_id
+        report = self.report
+        chunks = list(batches)
+        # 1. A committed batch writes nothing (a replay after the driver crashed between our
+        #    commit and Spark's own commit log).
+        if self.state.is_committed(b):
+            log.info("%s %s: batch %d already committed; writer %d writes nothing",
+                     FAMILY, self.sink_id, b, w)
+            report.already_committed = True
+            return report
+        table = pa.Table.from_batches(chunks) if chunks else None
+        if table is None or table.num_rows == 0:
+            return report
+        if not self.options.deterministic_order:
+            table = deterministic_order(table)
+        rows = shape(table, self.options.topic, self.sink_id)
+        report.rows = rows.n
+        routing = route(rows, self.partition_counts(rows.topics), self.sink_id)
+        slot = self.open_producer()
+        try:
+            # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
+            skip = self.recover(rows, routing)
+            # 3. Produce in seq order, flush, fail on any delivery error.
+            self.begin(slot)
+            todo = np.arange(rows.n) if skip is None else np.nonzero(~skip)[0]
+            # Seq order matters only within a target partition (that is what the max-seq
+            # rule reads). Producing partition by partition lets librdkafka fill one
+            # partition's batches at a time instead of interleaving small ones.
+            order = todo[np.argsort(routing.target_ids[todo], kind="stable")]
+            report.produced = self.produce(slot.producer, rows, routing.parts, order)
+            self.flush(slot)
+            failpoints.hit(FP_AFTER_FLUSH, b)
+            self.complete(slot)
+        except BaseException:
+            self.on_failure(slot)
+            raise
+        finally:
+            self.release(slot)
+        report.partitions = routing.partition_counts()
+        report.seconds = time.perf_counter() - began
+        log.info("%s %s: batch %d writer %d produced %d, skipped %d in %.2fs", FAMILY,
+                 self.sink_id, b, w, report.produced, report.skipped, report.seconds)
+        return report
+
+    # -- hooks of a delivery mode ------------------------------------------------------------
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """The partition count of every target topic, which routing depends on."""
+        return self.fetch_partition_counts(topics)
+
+    def recover(self, rows: Rows, routing: Routing) -> np.ndarray | None:
+        """Step 2: a mask of the rows already written (None: write them all)."""
+        return None
+
+    def header_prefix(self) -> bytes | None:
+        """The recovery-key header of this attempt's records, without the seq (None: no
+        header)."""
+        return None
+
+    def open_producer(self) -> ProducerSlot:
+        raise NotImplementedError
+
+    def begin(self, slot: ProducerSlot) -> None:
+        """Before the first record."""
+
+    def complete(self, slot: ProducerSlot) -> None:
+        """After the flush: make the attempt's records final."""
+
+    def on_failure(self, slot: ProducerSlot) -> None:
+        """The attempt failed: settle or give up what it queued."""
+
+    def release(self, slot: ProducerSlot) -> None:
+        """The attempt is over, failed or not."""
+
+    # -- shared steps ---------------------------------------------------------------------------
+    def produce(self, producer: Any, rows: Rows, parts: np.ndarray, todo: np.ndarray) -> int:
+        """Produce the rows ``todo`` in that order (ascending seq per partition)."""
+        produce = producer.produce
+        poll = producer.poll
+        pack = recovery.pack_seq
+        prefix = self.header_prefix()
+        header = recovery.HEADER
+        values = rows.values
+        keys = rows.keys.to_pylist() if rows.keys is not None else [None] * rows.n
+        partitions = parts.tolist()
+        order: Sequence[int] = todo.tolist()
+        single = rows.topics[0] if len(rows.topics) == 1 else None
+        topic_of = None if single is not None else [rows.topics[i] for i in rows.topic_idx.tolist()]
+        headers = rows.headers
+        armed = failpoints.wants_count(FP_MID_PRODUCE)
+        # produce() is called positionally: (topic, value, key, partition, callback,
+        # on_delivery, timestamp, headers). Keyword parsing alone would cost a third of the
+        # per-record Python time.
+        if single is not None and headers is None and armed is None and prefix is not None:
+            # The hot loop: one topic, no user headers, no failpoint armed.
+            for i in order:
+                while True:
+                    try:
+                        produce(single, values[i], keys[i], partitions[i], None, None, 0,
+                                [(header, prefix + pack(i))])
+                        break
+                    except BufferError:
+                        poll(0.05)
+            return len(order)
+        count = 0
+        for i in order:
+            h = [] if prefix is None else [(header, prefix + pack(i))]
+            if headers is not None and headers[i]:
+                h.extend(headers[i])
+            topic = single if topic_of is None else topic_of[i]
+            while True:
+                try:
+                    produce(topic, values[i], keys[i], partitions[i], None, None, 0, h or None)
+                    break
+                except BufferError:
+                    poll(0.05)
+            count += 1
+            if armed is not None and count >= armed:
+                if count == armed:
+                    # Make "n records written" literally true before crashing, so a retry
+                    # really has to skip them (a test of the dedupe, not of luck).
+                    producer.flush(self.options.flush_timeout)
+                failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+        return count
+
+    def flush(self, slot: ProducerSlot) -> None:
+        b, w, timeout = self.task.batch_id, self.task.writer_id, self.options.flush_timeout
+        remaining = slot.producer.flush(timeout)
+        if remaining:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: {remaining} records of batch {b} writer {w} were "
+                f"not delivered within flushTimeout={timeout:.0f}s"
+            )
+        if slot.errors:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: {len(slot.errors)} records of batch {b} writer {w} "
+                f"failed delivery, e.g. {slot.errors[:3]}; the task fails and its retry skips "
+                "what was written"
+            )
+
+    def fetch_partition_counts(self, topics: list[str]) -> dict[str, int]:
+        from confluent_kafka import KafkaException
+
+        admin = producers.admin(self.options.producer_conf)
+        out: dict[str, int] = {}
+        for t in topics:
+
+            def metadata(t: str = t) -> Any:
+                info = admin.list_topics(topic=t, timeout=30).topics.get(t)
+                if info is not None and info.error is not None and is_transient(
+                        KafkaException(info.error)):
+                    # A topic created a moment ago has no leader yet: ask again.
+                    raise KafkaException(info.error)
+                return info
+
+            info = retrying(metadata, what=f"{FAMILY} {self.sink_id}: metadata of topic {t!r}",
+                            error=KafkaSinkError, timeout=self.options.metadata_retry_timeout)
+            if info is None or info.error is not None or not info.partitions:
+                why = info.error if info is not None else "unknown topic"
+                raise KafkaSinkError(
+                    f"{FAMILY} {self.sink_id}: target topic {t!r} is not available ({why}); "
+                    "create it first (the sink routes every record itself and needs the "
+                    "topic's partition count)"
+                )
+            out[t] = len(info.partitions)
+        return out
+
+    def watermarks(self, tps: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
+        """High watermarks ("latest") of the target partitions, before anything is produced
+        (ListOffsets, read_uncommitted; transient errors such as a leader election are
+        asked again until ``metadataRetryTimeout``)."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        admin = producers.admin(self.options.producer_conf)
+
+        def list_offsets() -> dict[str, dict[str, int]]:
+            futures = admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=30,
+            )
+            out: dict[str, dict[str, int]] = {}
+            for tp, fut in futures.items():
+                out.setdefault(tp.topic, {})[str(tp.partition)] = int(fut.result().offset)
+            return out
+
+        names = ", ".join(f"{t}[{p}]" for t, p in tps[:5]) + (" ..." if len(tps) > 5 else "")
+        return retrying(
+            list_offsets,
+            what=f"{FAMILY} {self.sink_id}: ListOffsets (end offsets for the started marker) "
+                 f"of {names}",
+            error=KafkaSinkError, timeout=self.options.metadata_retry_timeout,
+        )
+
+
+class RecoveryKeyWriter(KafkaWriter):
+    """Recovery keys and started markers; a cached idempotent producer per worker."""
+
+    #: What a retry's scan counts as written.
+    isolation = "read_uncommitted"
+
+    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
+        super().__init__(options, state, task)
+        self.markers = recovery.MarkerStore(state.storage, state.root, state)
+        self.marker: recovery.StartedMarker | None = None
+
+    def header_prefix(self) -> bytes:
+        return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """A retry routes with the counts its first attempt recorded, so partitions added
+        in between do not move its rows."""
+        self.marker = self.markers.get(self.task.batch_id, self.task.writer_id)
+        counts = dict(self.marker.partition_counts) if self.marker is not None else {}
+        missing = [t for t in topics if t not in counts]
+        if missing:
+            if self.marker is not None:
+                raise KafkaSinkError(
+                    f"{FAMILY} {self.sink_id}: retry of batch {self.task.batch_id} writer "
+                    f"{self.task.writer_id} writes to topics {missing} that its first attempt "
+                    "did not; the batch's input is not the same on replay"
+                )
+            counts.update(self.fetch_partition_counts(missing))
+        return counts
+
+    def recover(self, rows: Rows, routing: Routing) -> np.ndarray | None:
+        b, w = self.task.batch_id, self.task.writer_id
+        if self.marker is None:
+            # 2. First attempt: the marker goes down before the first record does.
+            self.markers.put(recovery.StartedMarker(
+                sink_id=self.sink_id,
+                batch_id=b,
+                writer=w,
+                partition_counts=routing.counts,
+                watermarks=self.watermarks(list(routing.tp_of.values())),
+            ))
+            failpoints.hit(FP_AFTER_MARKER, b)
+            return None
+        # 2. Retry: scan from the marker's watermarks; skip rows at or below the max seq.
+        report = self.report
+        report.retry = True
+        start = self.marker.start_offsets()
+        names = routing.names
+        unknown = [names[i] for i, tp in routing.tp_of.items() if tp not in start]
+        if unknown:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: retry of batch {b} writer {w} routes rows to "
+                f"{unknown}, which its first attempt did not target; the batch's input "
+                "is not the same on replay"
+            )
+        result = self.scan(start)
+        report.scan_records, report.scan_seconds = result.records_read, result.seconds
+        id_of = routing.ids()
+        present = {id_of[tp]: s for tp, s in result.seqs.items() if s and tp in id_of}
+        stray = [f"{t}[{p}]" for (t, p), s in result.seqs.items() if s and (t, p) not in id_of]
+        if stray:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: recovery scan found records of batch {b} "
+                f"writer {w} in {stray}, where this attempt routes nothing; the "
+                "batch's input is not the same on replay"
+            )
+        skip = recovery.decide(rows.seqs, routing.target_ids, present, names)
+        report.skipped = int(skip.sum())
+        log.info("%s %s: batch %d writer %d retry: %d of %d rows already written "
+                 "(scan read %d records in %.2fs)", FAMILY, self.sink_id, b, w,
+                 report.skipped, rows.n, result.records_read, result.seconds)
+        return skip
+
+    def scan(self, start: dict[tuple[str, int], int]) -> recovery.ScanResult:
+        from confluent_kafka import Consumer
+
+        # Stop offsets are high watermarks (ListOffsets read_uncommitted): a read_committed
+        # consumer would be told the last stable offset, which another writer's open
+        # transaction can hold below records this task's earlier attempt committed.
+        marks = self.watermarks(list(start))
+        stop = {(t, int(p)): o for t, parts in marks.items() for p, o in parts.items()}
+        consumer = Consumer(producers.consumer_config(
+            self.options.producer_conf, self.sink_id, self.isolation))
+        try:
+            return recovery.scan(consumer, self.header_prefix(), start, stop,
+                                 self.options.scan_timeout)
+        finally:
+            consumer.close()
+
+    def open_producer(self) -> ProducerSlot:
+        slot = producers.cached_producer(self.options.producer_conf)
+        # Anything a failed earlier task left in this worker's producer must be settled
+        # before this task scans, or the scan could miss records still in flight.
+        slot.producer.flush(self.options.flush_timeout)
+        slot.errors.clear()
+        return slot
+
+    def on_failure(self, slot: ProducerSlot) -> None:
+        # Settle or drop what the failed attempt queued: its retry may run in this worker
+        # and must not race records of this attempt still in flight.
+        left = slot.producer.flush(min(self.options.flush_timeout, 30.0))
+        if left:
+            slot.producer.purge()
+        producers.evict_producer(self.options.producer_conf)
+
+
+class TransactionalWriter(RecoveryKeyWriter):
+    """``transactional=true``: one Kafka transaction per task attempt holds its records."""
+
+    # Only committed records count as written under transactions: an aborted attempt's
+    # records must be produced again.
+    isolation = "read_committed"
+
+    def open_producer(self) -> ProducerSlot:
+        # Fences every older producer with this transactional.id (a zombie attempt) and
+        # aborts its open transaction, before this attempt scans or writes.
+        return producers.transactional_producer(
+            self.options.producer_conf, self.sink_id, self.task.writer_id,
+            self.options.flush_timeout)
+
+    def begin(self, slot: ProducerSlot) -> None:
+        slot.producer.begin_transaction()
+
+    def complete(self, slot: ProducerSlot) -> None:
+        slot.producer.commit_transaction(self.options.flush_timeout)
+
+    def on_failure(self, slot: ProducerSlot) -> None:
+        try:
+            slot.producer.abort_transaction(min(self.options.flush_timeout, 30.0))
+        except Exception as e:  # noqa: BLE001 - the retry's init_transactions fences it
+            log.warning("%s %s: abort_transaction after a failed task: %s", FAMILY,
+                        self.sink_id, e)
+
+    def release(self, slot: ProducerSlot) -> None:
+        # A transactional producer serves one task attempt: release it now, not whenever
+        # the garbage collector gets to it (a failed attempt's producer is kept alive by
+        # the exception's traceback).
+        producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
+
+
+def writer_for(options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> KafkaWriter:
+    """The delivery mode the options choose, for one task attempt."""
+    mode = TransactionalWriter if options.transactional else RecoveryKeyWriter
+    return mode(options, state, task)

@@ -1,0 +1,99 @@
+"""The package's layout rules (docs/architecture.md), checked on the source text.
+
+- Spark only in ``connectors/spark/``: nothing under ``connectors/core`` or a family
+  (``kafka``, ``jdbc``, ``files``) imports ``pyspark`` or ``connectors.spark``, not even
+  lazily inside a function or through ``importlib``.
+  Nor do they reach into a DataFrame's JVM (``_jdf``, ``_jvm``, ``sparkContext``,
+  ``rdd``), which a Spark Connect session does not have.
+- No module under ``connectors/`` is longer than 600 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "connectors")
+SPARK_FREE = ("core", "kafka", "jdbc", "files")
+FORBIDDEN = ("pyspark", "connectors.spark")
+JVM_ATTRIBUTES = {"_jdf", "_jvm", "_jsc", "sparkContext", "rdd"}
+MAX_LINES = 600
+
+
+def modules(*subdirs: str) -> list[str]:
+    roots = [os.path.join(PACKAGE, d) for d in subdirs] if subdirs else [PACKAGE]
+    out = []
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            out.extend(os.path.join(dirpath, f) for f in files if f.endswith(".py"))
+    return sorted(out)
+
+
+def imported_names(path: str, package_dir: str = PACKAGE) -> list[tuple[int, str]]:
+    """Every module a file imports anywhere: import statements at any depth (relative ones
+    resolved), and string arguments of ``importlib.import_module`` / ``__import__``."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    package = os.path.relpath(os.path.dirname(path), os.path.dirname(package_dir)).split(os.sep)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[: len(package) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            found.append((node.lineno, base))
+            found.extend((node.lineno, f"{base}.{a.name}") for a in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def _forbidden(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+
+
+@pytest.mark.parametrize("path", modules(*SPARK_FREE),
+                         ids=lambda p: os.path.relpath(p, PACKAGE))
+def test_core_and_families_never_import_spark(path: str) -> None:
+    bad = [f"line {n}: {name}" for n, name in imported_names(path) if _forbidden(name)]
+    assert not bad, f"{os.path.relpath(path, PACKAGE)} imports Spark: {bad}"
+
+
+@pytest.mark.parametrize("path", modules(*SPARK_FREE),
+                         ids=lambda p: os.path.relpath(p, PACKAGE))
+def test_core_and_families_never_reach_into_the_jvm(path: str) -> None:
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    bad = [f"line {n.lineno}: .{n.attr}" for n in ast.walk(tree)
+           if isinstance(n, ast.Attribute) and n.attr in JVM_ATTRIBUTES]
+    assert not bad, f"{os.path.relpath(path, PACKAGE)} uses Spark's JVM objects: {bad}"
+
+
+def test_the_import_check_sees_lazy_and_relative_imports(tmp_path) -> None:
+    sample = tmp_path / "connectors" / "jdbc" / "x.py"
+    sample.parent.mkdir(parents=True)
+    sample.write_text(
+        "def f():\n    from pyspark import TaskContext\n"
+        "def g():\n    from ..spark import sink_adapter\n"
+        "def h():\n    import importlib\n    importlib.import_module('connectors.spark.x')\n"
+    )
+    found = imported_names(str(sample), str(tmp_path / "connectors"))
+    names = [name for _, name in found if _forbidden(name)]
+    assert names == ["pyspark", "pyspark.TaskContext", "connectors.spark",
+                     "connectors.spark.sink_adapter", "connectors.spark.x"]
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    long = {}
+    for path in modules():
+        with open(path, encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_LINES:
+            long[os.path.relpath(path, PACKAGE)] = n
+    assert not long, f"modules above {MAX_LINES} lines: {long}"
