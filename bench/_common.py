@@ -38,12 +38,13 @@ def bench_spark(app: str, **conf: str) -> Any:
 
 
 def bench_broker() -> tuple[str, Any]:
-    """``(bootstrap, broker)``: ``KAFKA_BOOTSTRAP_SERVERS`` (broker None) or an embedded
-    broker the caller stops."""
-    from connectors.embedded import EmbeddedBroker
+    """``(bootstrap, broker)``: ``KAFKA_BOOTSTRAP_SERVERS`` (broker None) or a local Apache
+    Kafka from the Maven-resolved jars (tansu only without Java or Maven) that the caller
+    stops. Its version is ``broker.version``."""
+    from connectors.demo.services.kafka import start_local_kafka
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if bootstrap:
         return bootstrap, None
-    broker = EmbeddedBroker().start()
+    broker = start_local_kafka()
     return broker.bootstrap, broker

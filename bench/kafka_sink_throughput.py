@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import bench_broker, bench_spark  # noqa: E402
 
-from connectors.embedded import create_topic  # noqa: E402
+from connectors.demo.services.kafka import create_topic  # noqa: E402
 
 
 def raw_produce(

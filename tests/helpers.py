@@ -114,8 +114,8 @@ def assert_exact(actual: Iterable[Any], expected: Iterable[Any], what: str = "ou
 def read_topic(
     bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 60.0
 ) -> list[Any]:
-    """Every record of every partition, read to partition EOF (never to a ListOffsets mark,
-    which the embedded test broker can under-report). Returns confluent-kafka Messages."""
+    """Every record of every partition, read to partition EOF. Returns confluent-kafka
+    Messages."""
     return scan_topic(bootstrap, topic, isolation=isolation, timeout=timeout)[0]
 
 
@@ -230,3 +230,29 @@ def _recording_sink_class() -> Any:
             return cls(options["path"])
 
     return _Recording
+
+
+class FakeClusters:
+    """A stand-in for ``connectors.kafka.clusters.Clusters`` (no broker): fixed partitions
+    and end offsets, earliest = 0, no group offsets; counts its metadata round trips."""
+
+    def __init__(self, latest: dict[tuple[str, str, int], int]) -> None:
+        self.ends = dict(latest)
+        self.metadata_calls = 0
+        self.group_commits: list[dict[tuple[str, str, int], int]] = []
+
+    def partitions(self) -> dict[tuple[str, str, int], None]:
+        self.metadata_calls += 1
+        return dict.fromkeys(sorted(self.ends))
+
+    def latest(self, tps: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], int]:
+        return {tp: self.ends[tp] for tp in tps}
+
+    def earliest(self, tps: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], int]:
+        return dict.fromkeys(tps, 0)
+
+    def commit_group(self, offsets: dict[tuple[str, str, int], int]) -> None:
+        self.group_commits.append(dict(offsets))
+
+    def close(self) -> None:
+        pass

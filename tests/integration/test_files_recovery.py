@@ -69,10 +69,10 @@ def crash_and_recover(argv: list[str], sink: FileSink, failpoints: list[str]) ->
 
 @pytest.fixture
 def kafka_topic(kafka_bootstrap, new_topic):
-    from connectors.embedded import produce_exact
+    from connectors.demo.services.kafka import produce_records
 
     topic = new_topic(partitions=2)
-    produce_exact(
+    produce_records(
         kafka_bootstrap,
         topic,
         [(str(i).encode(), f"value-{i}".encode(), i % 2) for i in range(TOTAL)],
@@ -99,8 +99,8 @@ def test_kafka_to_files_survives_a_kill_at_each_failpoint(kafka_bootstrap, kafka
 
 def test_hdfs_backend_survives_a_kill_mid_rename(webhdfs_url, kafka_bootstrap, kafka_topic,
                                                  tmp_path):
-    """Same pipeline against WebHDFS (WEBHDFS_URL or the in-process protocol double, which
-    the pipeline subprocess reaches over HTTP)."""
+    """Same pipeline against a real HDFS (the session's NameNode and DataNode) through a
+    ``webhdfs://`` URL: the pipeline process is killed between two RENAMEs of one batch."""
     host = webhdfs_url.split("://", 1)[1].rstrip("/")
     out = f"webhdfs://{host}/eo-files-{uuid.uuid4().hex[:8]}/out"
     argv = [
@@ -110,3 +110,31 @@ def test_hdfs_backend_survives_a_kill_mid_rename(webhdfs_url, kafka_bootstrap, k
     ]
     sink = FileSink(out)
     crash_and_recover(argv, sink, ["files.mid_rename@1#2"])
+
+
+def test_hdfs_url_form_survives_kills_and_spark_reads_only_committed_files(
+        spark, hdfs_url, webhdfs_url, kafka_bootstrap, kafka_topic, tmp_path):
+    """The ``hdfs://namenode:rpcport/path`` form users copy from their cluster, with
+    ``webhdfsUrl`` naming the NameNode's HTTP address. Killed with staged files on HDFS
+    (possibly one still being written by the other task), after the rename plan, and before
+    the commit record; then Spark's own Hadoop client reads the output over RPC, through
+    ``_spark_metadata``, and must see every input record once."""
+    out = f"{hdfs_url}/eo-files-{uuid.uuid4().hex[:8]}/out"
+    argv = [
+        PIPELINE, "--out", out, "--webhdfs-url", webhdfs_url,
+        "--checkpoint", str(tmp_path / "chk"),
+        "--source", "kafka", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic,
+        "--per-batch", str(PER_BATCH), "--partition-by", "grp", "--max-records", "40",
+    ]
+    sink = FileSink(out, webhdfs_url=webhdfs_url)
+    crash_and_recover(argv, sink, [
+        "files.task_staged@0",
+        "files.after_plan@1",
+        "files.before_log@2",
+    ])
+    assert all(f.startswith(f"{hdfs_url}/") for f in map(sink.storage.url, sink.committed_files()))
+    got = spark.read.parquet(out).select("id", "grp", "payload").collect()
+    assert_exact([(r.id, r.grp, r.payload) for r in got], expected_rows(),
+                 what="Spark's own read of the HDFS output")
+    # the replays removed what the killed attempts staged, half-written files included
+    assert sink.storage.list(sink.storage.join(sink.path, "_eo_staging")) == []

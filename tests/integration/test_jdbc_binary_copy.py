@@ -19,7 +19,8 @@ from psycopg import sql
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.core.sink import TaskInfo
 from connectors.jdbc import dialects, pgbinary
-from connectors.jdbc.sink import JdbcSink, StagedBlocks, StagedRows
+from connectors.jdbc.sink import JdbcSink
+from connectors.jdbc.staging import StagedBlocks, StagedRows
 
 UTC = dt.timezone.utc
 DDL = ("c_i2 smallint, c_i4 integer, c_i8 bigint, c_f4 real, c_f8 double precision, "

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from connectors.jdbc.sink import staging_name
+from connectors.jdbc.options import staging_name
 from tests.helpers import run_pipeline
 from tests.integration.pipelines.jdbc_wordcount import line
 
@@ -35,11 +35,11 @@ PARTITIONS = 2
 
 @pytest.fixture
 def lines_topic(kafka_bootstrap: str, new_topic: Any) -> str:
-    from connectors.embedded import produce_exact
+    from connectors.demo.services.kafka import produce_records
 
     topic = new_topic(partitions=PARTITIONS)
-    # Line i goes to partition i % 2 at offset i // 2 (produce_exact keeps the order).
-    produce_exact(kafka_bootstrap, topic,
+    # Line i goes to partition i % 2 at offset i // 2 (produce_records keeps the order).
+    produce_records(kafka_bootstrap, topic,
                   [(None, line(i).encode(), i % PARTITIONS) for i in range(TOTAL)])
     return topic
 

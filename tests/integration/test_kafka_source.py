@@ -1,9 +1,6 @@
 """The eo_kafka source against a real broker and real Spark (DESIGN.md section 5).
 
-Test data is produced with ``produce_exact`` so that ListOffsets on the embedded broker
-(tansu) reports true end offsets: tansu answers "latest" with the base offset of the
-partition's last record batch + 1, and ``produce_exact`` ends every partition with a
-single-record batch. The product's defaults are not changed for this broker.
+Test data is produced with an idempotent producer (``produce_records``), on Apache Kafka.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from typing import Any
 import pytest
 
 from connectors.core.errors import KafkaSourceError
-from connectors.embedded import create_topic, produce_exact
+from connectors.demo.services.kafka import create_topic, produce_records
 from connectors.kafka.consumer import read_range
 from connectors.kafka.offsets import OffsetRange
 from tests.conftest import wait_for
@@ -61,7 +58,7 @@ def _run_available_now(df: Any, tmp_path: Any) -> tuple[str, Any]:
 def test_batch_read_schema_rows_and_ending_offsets(spark: Any, kafka_bootstrap: str,
                                                     new_topic: Any) -> None:
     topic = new_topic(partitions=3)
-    produce_exact(kafka_bootstrap, topic, _records(300, 3))
+    produce_records(kafka_bootstrap, topic, _records(300, 3))
     df = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
           .option("subscribe", topic).load())
     assert [f.name for f in df.schema.fields] == [
@@ -87,7 +84,7 @@ def test_batch_read_schema_rows_and_ending_offsets(spark: Any, kafka_bootstrap: 
 def test_min_partitions_splits_kafka_partitions(spark: Any, kafka_bootstrap: str,
                                                 new_topic: Any) -> None:
     topic = new_topic(partitions=2)
-    produce_exact(kafka_bootstrap, topic, _records(2000, 2))
+    produce_records(kafka_bootstrap, topic, _records(2000, 2))
     base = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
             .option("subscribe", topic))
     plain = base.load()
@@ -122,12 +119,12 @@ def test_headers_are_read_when_asked(spark: Any, kafka_bootstrap: str, new_topic
 
 def test_multi_cluster_source_has_cluster_column(spark: Any, kafka_bootstrap: str,
                                                  broker_factory: Any, tmp_path: Any) -> None:
-    other = broker_factory()
+    other = broker_factory().bootstrap
     t1, t2 = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_bootstrap, t1, 2)
     create_topic(other, t2, 1)
-    produce_exact(kafka_bootstrap, t1, _records(100, 2, "a"))
-    produce_exact(other, t2, _records(50, 1, "b"))
+    produce_records(kafka_bootstrap, t1, _records(100, 2, "a"))
+    produce_records(other, t2, _records(50, 1, "b"))
     clusters = [
         {"name": "main", "bootstrap": kafka_bootstrap, "subscribe": t1},
         {"name": "other", "bootstrap": other, "assign": {t2: [0]}},
@@ -150,7 +147,7 @@ def test_multi_cluster_source_has_cluster_column(spark: Any, kafka_bootstrap: st
 def test_max_offsets_per_trigger_wal_and_group_commit(spark: Any, kafka_bootstrap: str,
                                                       new_topic: Any, tmp_path: Any) -> None:
     topic = new_topic(partitions=3)
-    produce_exact(kafka_bootstrap, topic, _records(10_000, 3))
+    produce_records(kafka_bootstrap, topic, _records(10_000, 3))
     wal = str(tmp_path / "wal")
     group = f"g-{uuid.uuid4().hex[:8]}"
     df = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="earliest",
@@ -180,12 +177,10 @@ def test_max_offsets_per_trigger_wal_and_group_commit(spark: Any, kafka_bootstra
 
 def test_new_topics_matching_pattern_join_at_earliest(spark: Any, kafka_bootstrap: str,
                                                       tmp_path: Any) -> None:
-    # tansu has no CreatePartitions: a new topic matching subscribePattern is how new
-    # partitions appear here.
     prefix = f"pat{uuid.uuid4().hex[:8]}"
     first = f"{prefix}-a"
     create_topic(kafka_bootstrap, first, 1)
-    produce_exact(kafka_bootstrap, first, _records(10, 1))
+    produce_records(kafka_bootstrap, first, _records(10, 1))
     name = f"m_{uuid.uuid4().hex[:8]}"
     df = _stream(spark, kafka_bootstrap, subscribePattern=f"{prefix}-.*",
                  startingOffsets="latest")
@@ -193,10 +188,10 @@ def test_new_topics_matching_pattern_join_at_earliest(spark: Any, kafka_bootstra
          .option("checkpointLocation", str(tmp_path / "chk")).start())
     try:
         q.processAllAvailable()
-        produce_exact(kafka_bootstrap, first, _records(5, 1, "late"))
+        produce_records(kafka_bootstrap, first, _records(5, 1, "late"))
         second = f"{prefix}-b"
         create_topic(kafka_bootstrap, second, 2)
-        produce_exact(kafka_bootstrap, second, _records(20, 2))
+        produce_records(kafka_bootstrap, second, _records(20, 2))
         wait_for(lambda: spark.table(name).count() == 25, 120,
                  what="new topic's records")
     finally:
@@ -207,10 +202,87 @@ def test_new_topics_matching_pattern_join_at_earliest(spark: Any, kafka_bootstra
     assert_exact([tuple(r) for r in rows], expected)
 
 
+def test_partitions_added_to_a_subscribed_topic_start_at_earliest(
+    spark: Any, kafka_bootstrap: str, new_topic: Any, tmp_path: Any
+) -> None:
+    """CreatePartitions on a running query: the new partitions are read from offset 0
+    (nothing written to them before discovery is lost), the old ones continue."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = new_topic(partitions=1)
+    produce_records(kafka_bootstrap, topic, _records(10, 1))
+    name = f"m_{uuid.uuid4().hex[:8]}"
+    df = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="earliest")
+    q = (df.writeStream.format("memory").queryName(name)
+         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    try:
+        q.processAllAvailable()
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        for f in admin.create_partitions([NewPartitions(topic, 3)]).values():
+            f.result(30)
+        wait_for(lambda: len(admin.list_topics(topic=topic, timeout=10)
+                             .topics[topic].partitions) == 3, 60, what="3 partitions")
+        # Records land in the new partitions before the query has seen them.
+        produce_records(kafka_bootstrap, topic, [(b"n", f"p{p}-{i}".encode(), p)
+                                                 for p in (1, 2) for i in range(7)])
+        produce_records(kafka_bootstrap, topic, _records(3, 1, "late"))
+        wait_for(lambda: spark.table(name).count() == 10 + 14 + 3, 120,
+                 what="records of the new partitions")
+    finally:
+        q.stop()
+    rows = spark.table(name).select("partition", "offset").collect()
+    expected = [(0, o) for o in range(13)] + [(p, o) for p in (1, 2) for o in range(7)]
+    assert_exact([tuple(r) for r in rows], expected)
+
+
+def _produce_timed(bootstrap: str, topic: str, n: int, partitions: int, t0: int) -> None:
+    """Record i of each partition gets CreateTime ``t0 + 1000 * i`` (one per second)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for part in range(partitions):
+        for i in range(n):
+            p.produce(topic, f"p{part}-{i}".encode(), partition=part, timestamp=t0 + 1000 * i)
+    assert p.flush(60) == 0
+
+
+def test_starting_offsets_by_timestamp_on_the_broker_time_index(
+    spark: Any, kafka_bootstrap: str, new_topic: Any
+) -> None:
+    """ListOffsets by time on Apache Kafka's time index: the first offset whose timestamp
+    is >= the given one, per partition; the strategy decides past-the-end partitions."""
+    topic = new_topic(partitions=2)
+    t0 = 1_700_000_000_000
+    _produce_timed(kafka_bootstrap, topic, 20, 2, t0)
+
+    def offsets(**options: Any) -> list[tuple[int, int]]:
+        reader = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers",
+                                                       kafka_bootstrap)
+                  .option("subscribe", topic))
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return [tuple(r) for r in reader.load().select("partition", "offset").collect()]
+
+    # One timestamp for every partition; 5.5 s after t0 is offset 6 (t0 + 6 s) in both.
+    got = offsets(startingTimestamp=str(t0 + 5500))
+    assert_exact(got, [(p, o) for p in range(2) for o in range(6, 20)])
+    # Per partition; an exact hit is inclusive.
+    by_ts = json.dumps({topic: {"0": t0 + 3000, "1": t0 + 17000}})
+    got = offsets(startingOffsetsByTimestamp=by_ts)
+    assert_exact(got, [(0, o) for o in range(3, 20)] + [(1, o) for o in range(17, 20)])
+    # Past the last record: an error naming the partition, or the end with 'latest'.
+    late = json.dumps({topic: {"0": t0 + 2000, "1": t0 + 99_000}})
+    with pytest.raises(Exception, match="startingOffsetsByTimestamp"):
+        offsets(startingOffsetsByTimestamp=late)
+    got = offsets(startingOffsetsByTimestamp=late,
+                  startingOffsetsByTimestampStrategy="latest")
+    assert_exact(got, [(0, o) for o in range(2, 20)])
+
+
 def test_starting_offsets_group_resumes_from_committed(spark: Any, kafka_bootstrap: str,
                                                        new_topic: Any, tmp_path: Any) -> None:
     topic = new_topic(partitions=2)
-    produce_exact(kafka_bootstrap, topic, _records(100, 2))
+    produce_records(kafka_bootstrap, topic, _records(100, 2))
     group = f"g-{uuid.uuid4().hex[:8]}"
     # No commit in the group yet: 'group' starts at earliest.
     df = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="group",
@@ -233,7 +305,7 @@ def test_starting_offsets_group_resumes_from_committed(spark: Any, kafka_bootstr
 def test_offsets_beyond_the_log_fail_or_are_skipped(spark: Any, kafka_bootstrap: str,
                                                    new_topic: Any) -> None:
     topic = new_topic(partitions=2)
-    produce_exact(kafka_bootstrap, topic, _records(20, 2))
+    produce_records(kafka_bootstrap, topic, _records(20, 2))
     start = json.dumps({topic: {"0": 500, "1": 0}})  # partition 0 has only 10 offsets
 
     def read(fail: str) -> Any:
@@ -253,7 +325,7 @@ def test_range_reader_detects_deleted_offsets(kafka_bootstrap: str, new_topic: A
     """The executor-side check: a range outside the log (as after retention or a topic
     recreated under the source) raises, or is skipped with a warning."""
     topic = new_topic(partitions=1)
-    produce_exact(kafka_bootstrap, topic, _records(10, 1))
+    produce_records(kafka_bootstrap, topic, _records(10, 1))
     conf = {"bootstrap.servers": kafka_bootstrap, "group.id": "t", "enable.partition.eof": "true",
             "auto.offset.reset": "error", "enable.auto.commit": "false"}
     gone = OffsetRange("", topic, 0, 50, 60)
@@ -271,7 +343,7 @@ def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: st
     from connectors import KafkaWindows
 
     topic = new_topic(partitions=2)
-    produce_exact(kafka_bootstrap, topic, _records(100, 2))
+    produce_records(kafka_bootstrap, topic, _records(100, 2))
     group = f"g-{uuid.uuid4().hex[:8]}"
     opts = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
             "kafka.group.id": group, "minPartitions": 3}
@@ -285,7 +357,7 @@ def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: st
     first = rows(w0.df)
     assert len(first) == 100
     # More data arrives; the window was not committed (the job "crashed").
-    produce_exact(kafka_bootstrap, topic, _records(40, 2, "more"))
+    produce_records(kafka_bootstrap, topic, _records(40, 2, "more"))
     again = KafkaWindows(spark, walPath=wal, **opts).next()
     assert again is not None and again.window_id == 0 and again.end == w0.end
     assert rows(again.df) == first  # identical ranges, identical rows
@@ -314,7 +386,7 @@ def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: st
 def test_plain_batch_read_with_wal_path_gives_next_window(spark: Any, kafka_bootstrap: str,
                                                           new_topic: Any, tmp_path: Any) -> None:
     topic = new_topic(partitions=1)
-    produce_exact(kafka_bootstrap, topic, _records(10, 1))
+    produce_records(kafka_bootstrap, topic, _records(10, 1))
     wal = str(tmp_path / "wal")
     read = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
             .option("subscribe", topic).option("walPath", wal))
@@ -335,7 +407,7 @@ def test_reader_admission_control(kafka_bootstrap: str, new_topic: Any) -> None:
     from connectors.spark.kafka_source import stream_reader
 
     topic = new_topic(partitions=2)
-    produce_exact(kafka_bootstrap, topic, [(None, b"x" * 100, i % 2) for i in range(1000)])
+    produce_records(kafka_bootstrap, topic, [(None, b"x" * 100, i % 2) for i in range(1000)])
     base = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
             "startingOffsets": "earliest"}
 
@@ -361,7 +433,7 @@ def test_reader_admission_control(kafka_bootstrap: str, new_topic: Any) -> None:
     assert r3.latestOffset(near_end, ReadMinRows(10)) == {topic: {"0": 500, "1": 500}}
     # Trigger.AvailableNow: nothing produced after prepareForTriggerAvailableNow is read.
     r2.prepareForTriggerAvailableNow()
-    produce_exact(kafka_bootstrap, topic, [(None, b"late", 0)])
+    produce_records(kafka_bootstrap, topic, [(None, b"late", 0)])
     pos = start
     while (nxt := r2.latestOffset(pos, ReadMaxRows(100))) != pos:
         pos = nxt
@@ -383,7 +455,7 @@ def test_deleted_topic_follows_fail_on_data_loss(kafka_bootstrap: str) -> None:
     keep, doomed = f"{prefix}-keep", f"{prefix}-doomed"
     for t in (keep, doomed):
         create_topic(kafka_bootstrap, t, 1)
-        produce_exact(kafka_bootstrap, t, _records(5, 1))
+        produce_records(kafka_bootstrap, t, _records(5, 1))
     opts = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribePattern": f"{prefix}-.*",
             "startingOffsets": "earliest"}
     strict = stream_reader(opts, None)  # type: ignore[arg-type]

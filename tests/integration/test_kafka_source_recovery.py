@@ -2,9 +2,7 @@
 
 Output goes to Spark's built-in parquet file sink, which is itself exactly-once (its
 ``_spark_metadata`` log lists committed files only), so a missing or repeated
-``(topic, partition, offset)`` can only come from the source. Test data is produced with
-``produce_exact`` so ListOffsets on the embedded broker (tansu) is exact; see
-connectors/embedded.py.
+``(topic, partition, offset)`` can only come from the source.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import threading
 import uuid
 from typing import Any
 
-from connectors.embedded import produce_exact
+from connectors.demo.services.kafka import produce_records
 from tests.conftest import wait_for
 from tests.helpers import assert_exact, run_pipeline
 
@@ -26,7 +24,7 @@ def _value(i: int) -> bytes:
 
 
 def _expected(n: int, parts: int) -> list[tuple[int, int, str]]:
-    # produce_exact keeps each partition's order, so record i is offset i // parts of
+    # produce_records keeps each partition's order, so record i is offset i // parts of
     # partition i % parts.
     return [(i % parts, i // parts, f"v{i}") for i in range(n)]
 
@@ -35,7 +33,7 @@ def _producer(bootstrap: str, topic: str, chunks: int) -> threading.Thread:
     def run() -> None:
         per = N // chunks
         for c in range(chunks):
-            produce_exact(bootstrap, topic, [(None, _value(i), i % PARTS)
+            produce_records(bootstrap, topic, [(None, _value(i), i % PARTS)
                                              for i in range(c * per, (c + 1) * per)])
 
     t = threading.Thread(target=run, name="producer", daemon=True)
@@ -100,7 +98,7 @@ def test_crash_at_every_source_step(spark: Any, kafka_bootstrap: str, new_topic:
 
     topic = new_topic(partitions=PARTS)
     n = 3_000
-    produce_exact(kafka_bootstrap, topic, [(None, _value(i), i % PARTS) for i in range(n)])
+    produce_records(kafka_bootstrap, topic, [(None, _value(i), i % PARTS) for i in range(n)])
     group = f"g-{uuid.uuid4().hex[:8]}"
     argv = [
         "tests/integration/pipelines/kafka_source_pipeline.py",

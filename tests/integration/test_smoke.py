@@ -5,14 +5,14 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from connectors.embedded import produce_exact
+from connectors.demo.services.kafka import produce_records
 from tests.helpers import assert_exact, read_topic
 
 
 def test_kafka_roundtrip(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
     records = [(str(i).encode(), f"v{i}".encode(), i % 2) for i in range(1000)]
-    counts = produce_exact(kafka_bootstrap, topic, records)
+    counts = produce_records(kafka_bootstrap, topic, records)
     assert counts == {0: 500, 1: 500}
     got = read_topic(kafka_bootstrap, topic)
     assert_exact([m.value() for m in got], [v for _, v, _ in records], "topic values")
@@ -21,7 +21,6 @@ def test_kafka_roundtrip(kafka_bootstrap, new_topic):
 
     c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "smoke"})
     try:
-        # produce_exact makes ListOffsets exact even on the embedded broker.
         assert [c.get_watermark_offsets(TopicPartition(topic, p))[1] for p in (0, 1)] == [500, 500]
     finally:
         c.close()

@@ -18,9 +18,9 @@ import uuid
 import psycopg
 import pytest
 
-from connectors import demo
 from connectors.core.options import redact_url
-from connectors.embedded import EmbeddedBroker, create_topic
+from connectors.demo import app as demo
+from connectors.demo.services.kafka import create_topic, free_port
 from tests.conftest import wait_for
 from tests.helpers import REPO
 from tests.tcp_proxy import TcpProxy
@@ -66,7 +66,7 @@ def _start_pipeline(cfg: dict, log_path: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": REPO, "PYSPARK_PYTHON": sys.executable}
     env.pop("CONNECTORS_FAILPOINTS", None)
     log = open(log_path, "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, "-m", "connectors.demo_pipeline", json.dumps(cfg)],
+    return subprocess.Popen([sys.executable, "-m", "connectors.demo.pipeline", json.dumps(cfg)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                             start_new_session=True)
 
@@ -156,7 +156,7 @@ def test_database_outage_fails_clearly_then_recovers_exactly(request, kafka_boot
                                                               tmp_path):
     """Stop PostgreSQL mid-stream: the query must end (clear error) within the sink's retry
     deadline rather than hang; with PostgreSQL back, a restart finishes exactly."""
-    from tests.pg_cluster import TempPostgres
+    from tests.services.postgres import TempPostgres
 
     try:
         pg = TempPostgres().start()  # our own server: stopping it disturbs nothing else
@@ -200,14 +200,12 @@ def test_database_outage_fails_clearly_then_recovers_exactly(request, kafka_boot
         pg.destroy()
 
 
-def test_broker_connection_loss_recovers_exactly(request, tmp_path):
+def test_broker_connection_loss_recovers_exactly(request, tmp_path, broker_factory):
     """All client connections to the broker go through a TCP proxy we control (the broker
     advertises the proxy's port). Cutting them mid-stream must not lose or double a record:
     the pipeline recovers by itself or fails clearly and recovers on restart."""
-    from connectors.embedded import free_port
-
     proxy_port = free_port()
-    broker = EmbeddedBroker(advertised_port=proxy_port).start()
+    broker = broker_factory(advertised_port=proxy_port)
     proxy = TcpProxy(broker.port, listen_port=proxy_port).start()
     try:
         cfg = _cfg(tmp_path, f"127.0.0.1:{proxy_port}", f"sqlite:///{tmp_path / 'wc.db'}")
@@ -236,4 +234,3 @@ def test_broker_connection_loss_recovers_exactly(request, tmp_path):
         _assert_exact(cfg, truth)
     finally:
         proxy.stop()
-        broker.stop()

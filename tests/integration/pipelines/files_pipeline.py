@@ -1,6 +1,6 @@
 """Recovery pipeline for ``eo_files``: source -> shuffle -> ``eo_files``, crashable anywhere.
 
-Source: ``eo_kafka`` on ``--topic`` (written by the test with produce_exact),
+Source: ``eo_kafka`` on ``--topic`` (written by the test with produce_records),
 ``maxOffsetsPerTrigger=--per-batch``, so there are several batches.
 
 Runs with ``trigger(availableNow=True)`` and exits 0 when everything available is written.

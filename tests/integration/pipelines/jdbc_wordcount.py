@@ -5,7 +5,7 @@ the recovery test kills this process at each JDBC failpoint and compares the fin
 with the true word counts.
 
 Source: ``eo_kafka`` on ``--topic`` (values are the lines ``line(i)``, written by the test
-with produce_exact), ``maxOffsetsPerTrigger=--per-batch``.
+with produce_records), ``maxOffsetsPerTrigger=--per-batch``.
 
 Writers (``--writer``):
 - ``foreachbatch``: ``df.groupBy("word").count()`` per batch, written by ``JdbcSink.write``;

@@ -1,6 +1,6 @@
 """Recovery pipeline for the ``eo_kafka`` sink: topic A -> transform -> ``eo_kafka`` -> topic B.
 
-- Source: ``eo_kafka`` on topic A (written by the test with ``produce_exact``) with
+- Source: ``eo_kafka`` on topic A (written by the test with ``produce_records``) with
   ``maxOffsetsPerTrigger=--per-batch``, so there are several micro-batches.
 - Transform: ``value = 'B:' || value``, key kept.
 - ``--shuffle``: ``repartition(2, key)`` before the sink, so the order of rows inside a writer

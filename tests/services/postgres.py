@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 
-from connectors.embedded import free_port
+from connectors.demo.services.kafka import free_port
 
 
 class TempPostgres:

@@ -1,0 +1,104 @@
+"""A Spark job on Spark's own JVM Kafka connector, for the cross-client tests.
+
+Runs in the JVM-side interpreter that ``tests/services/spark_jvm.py`` chooses (possibly a
+virtualenv with a different pyspark), so it imports nothing from this repository. Its one
+argument names a JSON spec file:
+
+- ``{"action": "read", "bootstrap", "topic", "options": {...}}``: a batch
+  ``spark.read.format("kafka")`` of the whole topic (``startingOffsets=earliest``,
+  ``endingOffsets=latest``, ``includeHeaders=true``; ``options`` adds or overrides, e.g.
+  ``kafka.isolation.level``); result ``rows``: ``[key, value, partition, offset, headers]``;
+- ``{"action": "write", "bootstrap", "topic", "rows": [[key, value, headers, partition]]}``:
+  ``df.write.format("kafka")`` of those rows; result ``written``.
+
+Binary values travel as base64 (null stays null); headers as ``[[key, value], ...]`` or
+null. Common keys: ``jars`` (``spark.jars``), ``out`` (where the JSON result goes),
+``expect_spark``. The result always carries ``spark_version`` (the JVM's) and
+``pyspark_version``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from typing import Any
+
+
+def _b64(data: bytes | bytearray | None) -> str | None:
+    return None if data is None else base64.b64encode(bytes(data)).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def read(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", spec["bootstrap"])
+        .option("subscribe", spec["topic"])
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+    )
+    for key, value in spec.get("options", {}).items():
+        reader = reader.option(key, value)
+    rows = []
+    for r in reader.load().select("key", "value", "partition", "offset", "headers").collect():
+        headers = None if r.headers is None else [[h.key, _b64(h.value)] for h in r.headers]
+        rows.append([_b64(r.key), _b64(r.value), r.partition, r.offset, headers])
+    return {"rows": rows}
+
+
+def write(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    data = [
+        (_unb64(key), _unb64(value),
+         None if headers is None else [(k, _unb64(v)) for k, v in headers], partition)
+        for key, value, headers, partition in spec["rows"]
+    ]
+    df = spark.createDataFrame(
+        data,
+        "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+        "partition int",
+        verifySchema=False,
+    )
+    (df.write.format("kafka")
+     .option("kafka.bootstrap.servers", spec["bootstrap"])
+     .option("topic", spec["topic"])
+     .mode("append").save())
+    return {"written": len(data)}
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(f"spark-kafka-{spec['action']}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.jars", ",".join(spec["jars"]))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        if spec.get("expect_spark") and spark.version != spec["expect_spark"]:
+            raise SystemExit(f"this JVM runs Spark {spark.version}, the connector is for "
+                             f"{spec['expect_spark']}: refusing to mix versions")
+        result = {"read": read, "write": write}[spec["action"]](spark, spec)
+        result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
+    finally:
+        spark.stop()
+    with open(spec["out"], "w") as f:
+        json.dump(result, f)
+    print(f"spark_kafka_job {spec['action']}: Spark {result['spark_version']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
