@@ -43,6 +43,7 @@ class KafkaSinkOptions:
     topic: str | None = None
     deterministic_order: bool = False
     transactional: bool = False
+    recovery_key_headers: bool = False
     unsafe: bool = False
     flush_timeout: float = 300.0
     scan_timeout: float = 120.0
@@ -63,6 +64,7 @@ class KafkaSinkOptions:
         flush_timeout: float,
         scan_timeout: float,
         metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
+        recovery_key_headers: bool = False,
     ) -> KafkaSinkOptions:
         """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
         if not sink_id or not str(sink_id).strip():
@@ -86,6 +88,7 @@ class KafkaSinkOptions:
             topic=topic.strip() if topic and topic.strip() else None,
             deterministic_order=bool(deterministic_order),
             transactional=bool(transactional),
+            recovery_key_headers=bool(recovery_key_headers),
             unsafe=bool(unsafe),
             flush_timeout=float(flush_timeout),
             scan_timeout=float(scan_timeout),
@@ -111,6 +114,7 @@ class KafkaSinkOptions:
             flush_timeout=r.duration("flushTimeout", 300.0, minimum=1) or 300.0,
             scan_timeout=r.duration("scanTimeout", 120.0, minimum=1) or 120.0,
             metadata_retry_timeout=_retry_timeout(r),
+            recovery_key_headers=r.boolean("recoveryKeyHeaders", False),
         )
         r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
         return parsed

@@ -132,8 +132,8 @@ def find_key(headers: Iterable[tuple[str, bytes | None]] | None) -> RecoveryKey 
 class StartedMarker:
     """What the first attempt of task (batch, writer) knew before producing.
 
-    ``watermarks`` are ListOffsets "latest" answers. A broker that under-reports them (the
-    embedded test broker answers the last batch's base offset + 1) only makes the scan read
+    ``watermarks`` are ListOffsets "latest" answers. A Kafka-protocol broker that under-reports
+    them (some answer the last batch's base offset + 1) only makes the scan read
     a little more: it never starts *after* a record this task wrote, which is all that counts.
     """
 
@@ -238,7 +238,7 @@ def scan(
     taken when the scan began): under ``read_committed`` EOF comes at the last stable
     offset, which another writer's open transaction can hold back below records this task
     committed earlier, so EOF alone is not enough there. We read to EOF rather than to a
-    ListOffsets mark because some brokers under-report "latest" (the embedded test broker).
+    ListOffsets mark because some Kafka-protocol brokers under-report "latest".
     """
     from confluent_kafka import KafkaError, TopicPartition
 

@@ -1,10 +1,12 @@
-"""The exactly-once Kafka sink (``eo_kafka`` write side): monotonic recovery keys.
+"""The exactly-once Kafka sink (``eo_kafka`` write side): recovery keys or transactions.
 
 DESIGN.md section 6. Spark's own Kafka sink is at-least-once: a retried task or a replayed
-batch sends its rows again. This sink tags every record with a recovery key (header
-``eo-rk`` = sink id, batch id, writer partition, seq; see :mod:`connectors.kafka.recovery`)
-and, on a retry, scans what the earlier attempt already wrote and skips it (the Apache Apex
-exactly-once Kafka output operator, mapped onto Spark micro-batches).
+batch sends its rows again. By default this sink tags every record with a recovery key
+(header ``eo-rk`` = sink id, batch id, writer partition, seq; see
+:mod:`connectors.kafka.recovery`) and, on a retry, scans what the earlier attempt already
+wrote and skips it (the Apache Apex exactly-once Kafka output operator, mapped onto Spark
+micro-batches). With ``transactional=true`` each task attempt commits its rows and a commit
+fact in one Kafka transaction instead (:mod:`connectors.kafka.txnfacts`).
 
 This module is the protocol. Beside it: ``options`` (the parsed options), ``writers`` (the
 delivery modes, one task attempt each), ``producers`` (producer config policy and caching),
@@ -48,7 +50,8 @@ class KafkaSink(BatchSink):
     Writes: records built from the columns ``value`` (required, binary or string),
     ``key``, ``headers`` (``array<struct<key:string,value:binary>>``), ``topic`` and
     ``partition``, exactly as Spark's own Kafka sink reads them; the ``topic`` option wins
-    over a ``topic`` column. Every record also gets the recovery-key header ``eo-rk``.
+    over a ``topic`` column. In the recovery-key mode every record also gets the header
+    ``eo-rk`` (with ``transactional=true`` only when ``recovery_key_headers=True``).
 
     Guarantee: each row of batch B appears exactly once in Kafka when (1) B's content is the
     same on replay (a replayable source such as ``eo_kafka``; Spark's batch ids or
@@ -56,8 +59,11 @@ class KafkaSink(BatchSink):
     same across restarts, (3) the producer keeps ``enable.idempotence=true`` and
     ``acks=all`` (other settings are refused unless ``unsafe=true``), and (4) without
     ``transactional=true``, a failed task attempt is dead before its retry starts: Spark
-    speculation must be off. With ``transactional=true`` the retry fences the old attempt
-    and ``read_committed`` consumers never see a task's partial output.
+    speculation must be off. With ``transactional=true`` the retry fences the old attempt,
+    ``read_committed`` consumers never see a task's partial output, and steps 2-3 below are
+    replaced by: find the commit fact of an earlier attempt (one offset fetch); if there is
+    none, produce every row, add the fact and commit the transaction
+    (:class:`connectors.kafka.writers.TransactionalWriter`).
 
     Unit of parallelism: one Spark task (writer partition) per input partition; each runs
     its own idempotent (or transactional) producer.
@@ -100,12 +106,14 @@ class KafkaSink(BatchSink):
         flush_timeout: float = 300.0,
         scan_timeout: float = 120.0,
         metadata_retry_timeout: float = 60.0,
+        recovery_key_headers: bool = False,
     ) -> None:
         self._init(KafkaSinkOptions.create(
             sink_id, wal_path, bootstrap_servers=bootstrap_servers, topic=topic,
             kafka_options=kafka_options, deterministic_order=deterministic_order,
             transactional=transactional, unsafe=unsafe, flush_timeout=flush_timeout,
-            scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout))
+            scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout,
+            recovery_key_headers=recovery_key_headers))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:
@@ -194,6 +202,7 @@ class KafkaSink(BatchSink):
             writers=len(reports),
             slowest_task_s=round(max((r.seconds for r in reports), default=0.0), 3),
             scan_s=round(sum(r.scan_seconds for r in reports), 3),
+            txn_commit_s=round(max((r.commit_seconds for r in reports), default=0.0), 3),
             partitions=partitions,
         )
         failpoints.hit(FP_AFTER_COMMIT, batch_id)
@@ -204,8 +213,9 @@ class KafkaSink(BatchSink):
 
     def abort(self, batch_id: int, messages: Sequence[Any | None]) -> None:
         # Records already in Kafka cannot be taken back, and they need not be: the started
-        # markers stay, so the batch's retry scans and skips them.
-        log.warning("%s %s: batch %d aborted; its retry will skip what was written",
+        # markers (or, transactional, the commit facts) stay, so the batch's retry skips
+        # what its tasks committed.
+        log.warning("%s %s: batch %d aborted; its retry will skip what was committed",
                     FAMILY, self.sink_id, batch_id)
 
 

@@ -12,9 +12,10 @@ type, chosen once per task by ``KafkaSink.stage``:
 - :class:`RecoveryKeyWriter`: the recovery-key header ``eo-rk`` on every record, a started
   marker before the first record, and on a retry a scan that skips what is already there. A
   cached idempotent producer per worker.
-- :class:`TransactionalWriter` (``transactional=true``): the same recovery, inside one Kafka
-  transaction per task attempt; ``init_transactions`` fences a zombie attempt first, and the
-  scan counts committed records only.
+- :class:`TransactionalWriter` (``transactional=true``): one Kafka transaction per task
+  attempt holds its rows and a commit fact (:mod:`connectors.kafka.txnfacts`);
+  ``init_transactions`` fences a zombie attempt first, then one stable offset fetch tells
+  whether an earlier attempt committed. No recovery-key header, no sort, no scan.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka import producers, recovery
+from connectors.kafka import producers, recovery, txnfacts
 from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import ProducerSlot
 from connectors.kafka.retry import is_transient, retrying
@@ -46,6 +47,7 @@ FAMILY = "eo_kafka"
 FP_AFTER_MARKER = "kafka_sink.after_marker"
 FP_MID_PRODUCE = "kafka_sink.mid_produce"
 FP_AFTER_FLUSH = "kafka_sink.after_flush"
+FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
 
 
 @dataclass
@@ -61,6 +63,7 @@ class TaskReport:
     already_committed: bool = False
     scan_records: int = 0
     scan_seconds: float = 0.0
+    commit_seconds: float = 0.0  # transactional: commit fact + commit_transaction
     seconds: float = 0.0
     partitions: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -91,7 +94,7 @@ class KafkaWriter:
         table = pa.Table.from_batches(chunks) if chunks else None
         if table is None or table.num_rows == 0:
             return report
-        if not self.options.deterministic_order:
+        if self.ordered and not self.options.deterministic_order:
             table = deterministic_order(table)
         rows = shape(table, self.options.topic, self.sink_id)
         report.rows = rows.n
@@ -100,6 +103,8 @@ class KafkaWriter:
         try:
             # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
             skip = self.recover(rows, routing)
+            if report.already_committed:
+                return report
             # 3. Produce in seq order, flush, fail on any delivery error.
             self.begin(slot)
             todo = np.arange(rows.n) if skip is None else np.nonzero(~skip)[0]
@@ -110,19 +115,22 @@ class KafkaWriter:
             report.produced = self.produce(slot.producer, rows, routing.parts, order)
             self.flush(slot)
             failpoints.hit(FP_AFTER_FLUSH, b)
-            self.complete(slot)
+            report.partitions = routing.partition_counts()
+            self.complete(slot, rows, report)
         except BaseException:
             self.on_failure(slot)
             raise
         finally:
             self.release(slot)
-        report.partitions = routing.partition_counts()
         report.seconds = time.perf_counter() - began
         log.info("%s %s: batch %d writer %d produced %d, skipped %d in %.2fs", FAMILY,
                  self.sink_id, b, w, report.produced, report.skipped, report.seconds)
         return report
 
     # -- hooks of a delivery mode ------------------------------------------------------------
+    #: Whether rows are put in a deterministic order first (the recovery keys' seq needs it).
+    ordered = True
+
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """The partition count of every target topic, which routing depends on."""
         return self.fetch_partition_counts(topics)
@@ -142,7 +150,7 @@ class KafkaWriter:
     def begin(self, slot: ProducerSlot) -> None:
         """Before the first record."""
 
-    def complete(self, slot: ProducerSlot) -> None:
+    def complete(self, slot: ProducerSlot, rows: Rows, report: TaskReport) -> None:
         """After the flush: make the attempt's records final."""
 
     def on_failure(self, slot: ProducerSlot) -> None:
@@ -177,6 +185,16 @@ class KafkaWriter:
                     try:
                         produce(single, values[i], keys[i], partitions[i], None, None, 0,
                                 [(header, prefix + pack(i))])
+                        break
+                    except BufferError:
+                        poll(0.05)
+            return len(order)
+        if single is not None and headers is None and armed is None and prefix is None:
+            # The transactional mode's hot loop: no header at all.
+            for i in order:
+                while True:
+                    try:
+                        produce(single, values[i], keys[i], partitions[i])
                         break
                     except BufferError:
                         poll(0.05)
@@ -379,27 +397,71 @@ class RecoveryKeyWriter(KafkaWriter):
         producers.evict_producer(self.options.producer_conf)
 
 
-class TransactionalWriter(RecoveryKeyWriter):
-    """``transactional=true``: one Kafka transaction per task attempt holds its records."""
+class TransactionalWriter(KafkaWriter):
+    """``transactional=true``: one Kafka transaction per task attempt holds its rows and
+    its commit fact (DESIGN.md section 6, "Transactional mode").
 
-    # Only committed records count as written under transactions: an aborted attempt's
-    # records must be produced again.
-    isolation = "read_committed"
+    ``init_transactions`` (with transactional.id ``<sink_id>-<w>``) fences any earlier
+    attempt of (B, w) and completes or aborts its open transaction; one stable offset fetch
+    then tells whether that attempt committed. If it did, this one writes nothing and
+    reports the counts the fact recorded; otherwise it produces every row (no recovery-key
+    header unless ``recoveryKeyHeaders=true``, no sort), adds the fact, and commits.
+    """
+
+    ordered = False
+
+    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
+        super().__init__(options, state, task)
+        self.facts: txnfacts.FactWriter | None = None
+        self.topics: list[str] = []
+        self.in_txn = False
+
+    def header_prefix(self) -> bytes | None:
+        if not self.options.recovery_key_headers:
+            return None
+        return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
 
     def open_producer(self) -> ProducerSlot:
-        # Fences every older producer with this transactional.id (a zombie attempt) and
-        # aborts its open transaction, before this attempt scans or writes.
         return producers.transactional_producer(
             self.options.producer_conf, self.sink_id, self.task.writer_id,
             self.options.flush_timeout)
 
+    def recover(self, rows: Rows, routing: Routing) -> np.ndarray | None:
+        b, w = self.task.batch_id, self.task.writer_id
+        self.topics = list(rows.topics)
+        began = time.perf_counter()
+        fact = txnfacts.read_fact(self.options.producer_conf, self.sink_id, w, self.topics, b,
+                                  self.options.metadata_retry_timeout)
+        report = self.report
+        report.scan_seconds = time.perf_counter() - began
+        report.retry = self.task.attempt > 0 or fact is not None
+        if fact is not None:
+            # An earlier attempt of (B, w) committed its transaction: its rows are there.
+            report.already_committed = True
+            report.skipped = fact.rows
+            report.partitions = fact.partitions
+            log.info("%s %s: batch %d writer %d: an earlier attempt committed %d rows; this "
+                     "one writes nothing", FAMILY, self.sink_id, b, w, fact.rows)
+        return None
+
     def begin(self, slot: ProducerSlot) -> None:
         slot.producer.begin_transaction()
+        self.in_txn = True
 
-    def complete(self, slot: ProducerSlot) -> None:
-        slot.producer.commit_transaction(self.options.flush_timeout)
+    def complete(self, slot: ProducerSlot, rows: Rows, report: TaskReport) -> None:
+        began = time.perf_counter()
+        timeout = self.options.flush_timeout
+        fact = txnfacts.CommitFact(self.task.batch_id, report.produced, report.partitions)
+        self.facts = txnfacts.FactWriter(self.options.producer_conf, self.sink_id,
+                                         self.task.writer_id)
+        self.facts.send(slot.producer, self.topics, fact, timeout)
+        slot.producer.commit_transaction(timeout)
+        report.commit_seconds = time.perf_counter() - began
+        failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
 
     def on_failure(self, slot: ProducerSlot) -> None:
+        if not self.in_txn:
+            return
         try:
             slot.producer.abort_transaction(min(self.options.flush_timeout, 30.0))
         except Exception as e:  # noqa: BLE001 - the retry's init_transactions fences it
@@ -410,6 +472,8 @@ class TransactionalWriter(RecoveryKeyWriter):
         # A transactional producer serves one task attempt: release it now, not whenever
         # the garbage collector gets to it (a failed attempt's producer is kept alive by
         # the exception's traceback).
+        if self.facts is not None:
+            self.facts.close()
         producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
 
 

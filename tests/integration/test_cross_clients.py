@@ -27,7 +27,7 @@ from connectors.kafka.sink import KafkaSink
 from tests.helpers import assert_exact, read_topic, scan_topic
 from tests.integration.pipelines.common import kafka_stream
 from tests.services.kafka_cli import describe_group
-from tests.services.spark_jvm import JvmSpark, run_job
+from tests.services.spark_jvm import JvmSpark, jvm_read_topic, run_job
 
 
 def _versions(spark: Any, jvm: JvmSpark, broker: Any, jvm_reported: str | None = None) -> None:
@@ -38,22 +38,6 @@ def _versions(spark: Any, jvm: JvmSpark, broker: Any, jvm_reported: str | None =
 
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
-
-
-def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
-def _jvm_read(jvm: JvmSpark, bootstrap: str, topic: str) -> tuple[list[tuple[Any, ...]], str]:
-    """Spark's JVM Kafka source, batch, read_committed: ``(key, value, partition, offset,
-    headers)`` rows (headers as a tuple of pairs, None when the record has none)."""
-    result = run_job(jvm, {"action": "read", "bootstrap": bootstrap, "topic": topic,
-                           "options": {"kafka.isolation.level": "read_committed"}})
-    rows = []
-    for key, value, part, offset, headers in result["rows"]:
-        hs = tuple((k, _unb64(v)) for k, v in headers) if headers else None
-        rows.append((_unb64(key), _unb64(value), part, offset, hs))
-    return rows, result["spark_version"]
 
 
 def _available_now(df: Any, checkpoint: Path, fmt: str = "eo_kafka", **options: Any) -> Any:
@@ -106,7 +90,7 @@ def test_spark_jvm_source_reads_each_sink_row_once_after_a_replay(
                      transactional=transactional)
     assert sink.last_committed() == 2
 
-    rows, reported = _jvm_read(jvm_spark, bootstrap, dst)
+    rows, reported = jvm_read_topic(jvm_spark, bootstrap, dst)
     _versions(spark, jvm_spark, kafka_broker, reported)
     assert_exact([(k, v) for k, v, _, _, _ in rows], expected, "Spark JVM source")
     # Not even an empty transaction: the replay's tasks wrote nothing at all.

@@ -22,6 +22,7 @@ from connectors.kafka import recovery
 from connectors.kafka.sink import KafkaSink
 from tests.helpers import assert_exact, read_topic, run_pipeline
 from tests.integration.pipelines.kafka_sink_copy import record
+from tests.services.spark_jvm import jvm_read_topic
 
 PIPELINE = "tests/integration/pipelines/kafka_sink_copy.py"
 RETRY = "tests/integration/pipelines/kafka_sink_retry.py"
@@ -38,7 +39,7 @@ PER_BATCH = 4000  # 5 micro-batches
     ],
 )
 def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
-    mode, kafka_bootstrap, new_topic, tmp_path
+    mode, kafka_bootstrap, new_topic, tmp_path, request
 ):
     src, dst = new_topic(partitions=4), new_topic(partitions=4)
     records = [record(i) for i in range(TOTAL)]
@@ -51,12 +52,21 @@ def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
     # About half of one writer partition's rows per batch: 2 writers after the shuffle,
     # 4 (the source partitions) without.
     half = PER_BATCH // 4 if "--shuffle" in mode else PER_BATCH // 8
-    kills = [
-        "kafka_sink.after_marker@1",
-        f"kafka_sink.mid_produce@2#{half}",
-        "kafka_sink.after_flush@3",
-        "kafka_sink.after_commit@3",  # the restart replays batch 3: its tasks write nothing
-    ]
+    transactional = "--transactional" in mode
+    if transactional:
+        kills = [
+            f"kafka_sink.mid_produce@1#{half}",
+            "kafka_sink.after_flush@2",  # produced and flushed, the transaction still open
+            "kafka_sink.after_txn_commit@3",  # one task's transaction committed
+            "kafka_sink.after_commit@3",  # the restart replays batch 3: it writes nothing
+        ]
+    else:
+        kills = [
+            "kafka_sink.after_marker@1",
+            f"kafka_sink.mid_produce@2#{half}",
+            "kafka_sink.after_flush@3",
+            "kafka_sink.after_commit@3",  # the restart replays batch 3: its tasks write nothing
+        ]
     for failpoint in kills:
         result = run_pipeline(argv, failpoint=failpoint, timeout=300)
         assert result.killed, f"{failpoint} never fired:\n{result.output[-3000:]}"
@@ -65,50 +75,71 @@ def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
 
     out = read_topic(kafka_bootstrap, dst)  # read_committed, to partition EOF
     assert_exact([m.value() for m in out], [b"B:" + v for _, v in records], "topic B values")
-    keys = [recovery.find_key(m.headers()) for m in out]
-    assert all(k is not None and k.sink_id == sink_id for k in keys)
+    keys = [recovery.find_key(m.headers() or []) for m in out]
     sink = KafkaSink(sink_id, wal, bootstrap_servers=kafka_bootstrap, topic=dst)
     assert sink.last_committed() == TOTAL // PER_BATCH - 1
-    info = sink.commit_info(2)
-    if "--transactional" in mode:
-        # The kill aborted batch 2's open transaction: its records are invisible to
-        # read_committed readers, so the retry wrote them again instead of skipping.
-        assert info["retried_tasks"] >= 1 and info["skipped"] == 0, info
+    if transactional:
+        # No per-record header in this mode: the proof is one commit fact per task.
+        assert keys == [None] * TOTAL
+        # The kills aborted batches 1 and 2's open transactions: their records are
+        # invisible to read_committed readers, so the restarts wrote them again.
+        assert sink.commit_info(1)["skipped"] == 0 and sink.commit_info(2)["skipped"] == 0
+        # In batch 3 one task's transaction had committed: its rerun found the commit fact
+        # and wrote nothing (skipped = the rows that fact recorded).
+        info = sink.commit_info(3)
+        assert info["retried_tasks"] >= 1 and info["skipped"] >= 1, info
+        assert info["produced"] + info["skipped"] == PER_BATCH, info
+        # A client we did not write agrees: Spark's own JVM Kafka source, read_committed.
+        jvm_rows, version = jvm_read_topic(request.getfixturevalue("jvm_spark"),
+                                           kafka_bootstrap, dst)
+        print(f"Spark JVM source {version} read {len(jvm_rows)} records", flush=True)
+        assert_exact([v for _, v, _, _, _ in jvm_rows], [b"B:" + v for _, v in records],
+                     "topic B through Spark's JVM Kafka source")
     else:
+        assert all(k is not None and k.sink_id == sink_id for k in keys)
         # The kill in the middle of batch 2's produce left records the retry had to skip.
+        info = sink.commit_info(2)
         assert info["retried_tasks"] >= 1 and info["skipped"] >= half, info
-    assert sink.commit_info(3)["retried_tasks"] >= 1  # killed after its flush
+        assert sink.commit_info(3)["retried_tasks"] >= 1  # killed after its flush
 
 
 def test_spark_task_retry_after_half_the_rows_writes_no_duplicates(
     kafka_bootstrap, new_topic, tmp_path
 ):
-    plain, txn = new_topic(partitions=3), new_topic(partitions=3)
+    plain, txn, after = (new_topic(partitions=3) for _ in range(3))
     rows = 4000  # 2 partitions of 2000: each failing attempt wrote 1000 before raising
     once = tmp_path / "once"
     once.mkdir()
+    armed = ["kafka_sink.mid_produce@1#1000!raise", "kafka_sink.mid_produce@2#1000!raise",
+             "kafka_sink.after_txn_commit@3!raise"]
     result = run_pipeline(
         [RETRY, "--bootstrap", kafka_bootstrap, "--topic-plain", plain, "--topic-txn", txn,
-         "--wal", str(tmp_path / "wal"), "--rows", str(rows)],
-        failpoint="kafka_sink.mid_produce@1#1000!raise,kafka_sink.mid_produce@2#1000!raise",
+         "--topic-txn-after", after, "--wal", str(tmp_path / "wal"), "--rows", str(rows)],
+        failpoint=",".join(armed),
         env={"CONNECTORS_FAILPOINTS_ONCE_DIR": str(once)},
         timeout=300,
     )
     assert result.returncode == 0, result.output[-5000:]
-    assert sorted(p.name for p in once.iterdir()) == [
-        "kafka_sink.mid_produce@1#1000!raise", "kafka_sink.mid_produce@2#1000!raise"
-    ], "the injected task failures did not fire"
+    assert sorted(p.name for p in once.iterdir()) == armed, "injected failures did not fire"
     commits = [json.loads(line.split(" ", 1)[1]) for line in result.output.splitlines()
                if line.startswith("COMMIT ")]
-    assert len(commits) == 2
-    plain_info, txn_info = commits
+    assert len(commits) == 3
+    plain_info, txn_info, after_info = commits
     # one task failed after 1000 records; its retry skipped at least those
     assert plain_info["retried_tasks"] == 1 and plain_info["skipped"] >= 1000, plain_info
     # the failed attempt's transaction was aborted: the retry wrote its rows again
     assert txn_info["retried_tasks"] == 1 and txn_info["skipped"] == 0, txn_info
+    assert txn_info["produced"] == rows, txn_info
+    # a task failed after its transaction committed: the retry found the commit fact and
+    # wrote nothing (its 2000 rows are reported as skipped)
+    assert after_info["retried_tasks"] == 1 and after_info["skipped"] == rows // 2, after_info
+    assert after_info["produced"] == rows // 2, after_info
     assert all(info["rows"] == rows for info in commits)
     expected = [f"row-{i}".encode() for i in range(rows)]
-    for topic in (plain, txn):
+    for topic in (plain, txn, after):
         out = read_topic(kafka_bootstrap, topic)
         assert_exact([m.value() for m in out], expected, f"topic {topic}")
         assert max(Counter((m.partition(), m.offset()) for m in out).values()) == 1
+    # read_uncommitted readers also see the aborted attempt's 1000 records; Kafka keeps
+    # them, marked aborted (that is why this mode needs read_committed consumers).
+    assert len(read_topic(kafka_bootstrap, txn, isolation="read_uncommitted")) == rows + 1000

@@ -21,6 +21,7 @@ ahead of a test run.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import logging
@@ -218,6 +219,24 @@ def run_job(jvm: JvmSpark, spec: Mapping[str, Any], timeout: float = 600.0) -> d
     print(f"spark_kafka_job {spec.get('action')}: JVM-side Spark {result['spark_version']}, "
           f"our pyspark {jvm.ours}", flush=True)
     return result
+
+
+def jvm_read_topic(jvm: JvmSpark, bootstrap: str, topic: str,
+                   isolation: str = "read_committed") -> tuple[list[tuple[Any, ...]], str]:
+    """Spark's JVM Kafka source, batch, the whole topic: ``(key, value, partition, offset,
+    headers)`` rows (headers a tuple of pairs, None when the record has none) and the Spark
+    version the job reported."""
+
+    def unb64(text: str | None) -> bytes | None:
+        return None if text is None else base64.b64decode(text)
+
+    result = run_job(jvm, {"action": "read", "bootstrap": bootstrap, "topic": topic,
+                           "options": {"kafka.isolation.level": isolation}})
+    rows = []
+    for key, value, part, offset, headers in result["rows"]:
+        hs = tuple((k, unb64(v)) for k, v in headers) if headers else None
+        rows.append((unb64(key), unb64(value), part, offset, hs))
+    return rows, str(result["spark_version"])
 
 
 def main(argv: list[str]) -> int:

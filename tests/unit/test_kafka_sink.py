@@ -234,3 +234,10 @@ def test_sink_pickles_without_runtime_state(tmp_path):
     back = pickle.loads(pickle.dumps(sink))
     assert back._wal is None and back.sink_id == "s"
     assert "hunter2" not in repr(sink)
+
+
+def test_recovery_key_headers_option_through_spark_options():
+    sink = KafkaSink.from_options(
+        _spark({**BASE, "transactional": "true", "recoveryKeyHeaders": "true"}), None)
+    assert sink.transactional and sink.options.recovery_key_headers
+    assert not KafkaSink.from_options(_spark(BASE), None).options.recovery_key_headers

@@ -5,8 +5,10 @@ Runs on ``local[2,4]`` (4 attempts per task). The test arms, once across process
 attempt of one task flushes ``n`` records (half its rows) and raises; Spark retries the task,
 whose attempt finds the started marker, scans and skips what the failed attempt wrote.
 
-Writes batch 1 with a plain sink (foreachBatch-style ``sink.write``) and batch 2 through the
-DataSource batch writer with ``transactional=true``; prints each batch's commit record as
+Writes batch 1 with a plain sink (foreachBatch-style ``sink.write``), batch 2 through the
+DataSource batch writer with ``transactional=true`` and batch 3 with a transactional
+``sink.write`` (the test arms ``kafka_sink.after_txn_commit@3!raise`` there: a task that
+fails after its transaction committed); prints each batch's commit record as
 ``COMMIT <json>``.
 """
 
@@ -24,6 +26,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic-plain", required=True)
     p.add_argument("--topic-txn", required=True)
+    p.add_argument("--topic-txn-after", required=True)
     p.add_argument("--wal", required=True)
     p.add_argument("--rows", type=int, default=4000)
     args = p.parse_args(argv)
@@ -53,6 +56,12 @@ def main(argv: list[str]) -> int:
     txn = KafkaSink("retry-txn", args.wal + "/txn", bootstrap_servers=args.bootstrap,
                     topic=args.topic_txn)
     print("COMMIT", json.dumps(txn.commit_info(2)), flush=True)
+
+    after = KafkaSink("retry-txn-after", args.wal + "/txn-after",
+                      bootstrap_servers=args.bootstrap, topic=args.topic_txn_after,
+                      transactional=True)
+    after.write(df, 3)
+    print("COMMIT", json.dumps(after.commit_info(3)), flush=True)
     spark.stop()
     return 0
 

@@ -1,0 +1,132 @@
+"""Commit facts of the transactional Kafka sink (DESIGN.md section 6, "Transactional mode").
+
+A task attempt of batch B, writer w commits its rows and a *commit fact* in one Kafka
+transaction, so data and fact become visible together or not at all. The fact is a
+consumer-group offset, sent with ``send_offsets_to_transaction``:
+
+- group ``eo-sink-<sink_id>-w<w>`` (one per writer partition, like the transactional.id
+  ``<sink_id>-<w>``, so no writer ever waits on another's transaction);
+- partition 0 of the first target topic (sorted), offset B (the broker refuses offsets of
+  topics that do not exist, and the target topic exists);
+- metadata: a small JSON with the attempt's counts (rows, per-partition counts), which a
+  retry reports instead of writing again.
+
+A retry reads the fact back with one stable offset fetch (``require_stable``: the broker
+answers only once no transaction holding an offset of that group is pending; the retry's
+``init_transactions`` has just completed or aborted the only one that could be). Offset B
+means "batch B of this writer committed"; anything else means it did not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.core.errors import KafkaSinkError
+from connectors.kafka import producers
+from connectors.kafka.retry import retrying
+
+log = logging.getLogger(__name__)
+
+FAMILY = "eo_kafka"
+GROUP_PREFIX = "eo-sink-"
+# Kafka's offset.metadata.max.bytes default is 4096; keep well inside it.
+_MAX_METADATA = 3000
+
+
+def group_id(sink_id: str, writer: int) -> str:
+    """The consumer group holding writer ``writer``'s commit facts."""
+    return f"{GROUP_PREFIX}{sink_id}-w{writer}"
+
+
+def fact_partition(topics: list[str]) -> tuple[str, int]:
+    """Where a writer's fact is stored: partition 0 of the first target topic."""
+    return sorted(topics)[0], 0
+
+
+@dataclass
+class CommitFact:
+    """What a committed task attempt recorded about itself."""
+
+    batch_id: int
+    rows: int
+    partitions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def encode(self) -> str:
+        body = {"b": self.batch_id, "rows": self.rows, "partitions": self.partitions}
+        text = json.dumps(body, separators=(",", ":"))
+        if len(text) > _MAX_METADATA:  # very many target partitions: keep the count only
+            text = json.dumps({"b": self.batch_id, "rows": self.rows}, separators=(",", ":"))
+        return text
+
+    @classmethod
+    def decode(cls, batch_id: int, metadata: str | None) -> CommitFact:
+        try:
+            body = json.loads(metadata or "{}")
+        except ValueError:
+            body = {}
+        return cls(batch_id=batch_id, rows=int(body.get("rows", 0)),
+                   partitions=body.get("partitions") or {})
+
+
+def read_fact(conf: Any, sink_id: str, writer: int, topics: list[str], batch_id: int,
+              timeout: float) -> CommitFact | None:
+    """The fact of (batch_id, writer) when its transaction committed, else None.
+
+    One OffsetFetch (require_stable) to the group's coordinator; transient errors (a
+    coordinator loading or moving, an offset still unstable) are asked again for up to
+    ``timeout`` seconds."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    topic, partition = fact_partition(topics)
+    group = group_id(sink_id, writer)
+    admin = producers.admin(conf)
+
+    def fetch() -> Any:
+        futures = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition)])],
+            require_stable=True, request_timeout=30)
+        result = futures[group].result()
+        for tp in result.topic_partitions or []:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            return tp
+        return None
+
+    tp = retrying(fetch, what=f"{FAMILY} {sink_id}: commit fact of writer {writer} "
+                              f"(group {group!r})",
+                  error=KafkaSinkError, timeout=timeout)
+    if tp is None or tp.offset != batch_id:
+        return None
+    return CommitFact.decode(batch_id, tp.metadata)
+
+
+class FactWriter:
+    """Adds the commit fact to the open transaction of a producer."""
+
+    def __init__(self, conf: Any, sink_id: str, writer: int) -> None:
+        from confluent_kafka import Consumer
+
+        self.group = group_id(sink_id, writer)
+        consumer_conf = producers.consumer_config(conf, sink_id, "read_committed")
+        consumer_conf["group.id"] = self.group
+        # Never joins the group: it only lends send_offsets_to_transaction the group's
+        # metadata (generation -1, no member id), which the broker accepts for a group
+        # without members.
+        self._consumer = Consumer(consumer_conf)
+
+    def send(self, producer: Any, topics: list[str], fact: CommitFact, timeout: float) -> None:
+        from confluent_kafka import TopicPartition
+
+        topic, partition = fact_partition(topics)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, partition, fact.batch_id, metadata=fact.encode())],
+            self._consumer.consumer_group_metadata(), timeout)
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except Exception as e:  # noqa: BLE001 - nothing to release beyond the handle
+            log.debug("%s: closing the fact consumer of %s: %s", FAMILY, self.group, e)

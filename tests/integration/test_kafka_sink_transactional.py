@@ -1,0 +1,121 @@
+"""The Kafka sink's transactional mode on Apache Kafka (DESIGN.md section 6, issue 12).
+
+One Kafka transaction per task attempt holds its rows and a commit fact (a consumer-group
+offset sent with ``send_offsets_to_transaction``). These tests use the protocol without
+Spark (``sink.stage``/``sink.commit``) so each step is explicit; the Spark-level recovery
+tests are in test_kafka_sink_recovery.py and test_cross_clients.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from connectors.core import failpoints
+from connectors.core.errors import FailpointError
+from connectors.core.sink import TaskInfo
+from connectors.kafka import recovery, txnfacts
+from connectors.kafka.sink import KafkaSink
+from tests.helpers import assert_exact, read_topic
+
+ROWS = 3000
+
+
+def _sink(bootstrap: str, tmp_path, topic: str, **kw) -> KafkaSink:
+    sink_id = f"txn-{uuid.uuid4().hex[:8]}"
+    return KafkaSink(sink_id, str(tmp_path / sink_id), bootstrap_servers=bootstrap,
+                     topic=topic, transactional=True, **kw)
+
+
+def _rows(n: int = ROWS) -> pa.Table:
+    return pa.table({"key": [f"k{i % 17}".encode() for i in range(n)],
+                     "value": [f"v{i}".encode() for i in range(n)]})
+
+
+def _values(n: int = ROWS) -> list[bytes]:
+    return [f"v{i}".encode() for i in range(n)]
+
+
+def _fail_once(monkeypatch, spec: str, call):
+    monkeypatch.setenv("CONNECTORS_FAILPOINTS", spec)
+    failpoints.reload()
+    try:
+        with pytest.raises(FailpointError):
+            call()
+    finally:
+        monkeypatch.delenv("CONNECTORS_FAILPOINTS")
+        failpoints.reload()
+
+
+def test_records_carry_no_header_and_the_fact_is_a_stable_group_offset(
+    kafka_bootstrap, new_topic, tmp_path
+):
+    topic = new_topic(partitions=4)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    report = sink.stage(TaskInfo(7, 2), iter(_rows().to_batches()))
+    assert (report.produced, report.skipped, report.retry) == (ROWS, 0, False)
+    out = read_topic(kafka_bootstrap, topic)
+    assert_exact([m.value() for m in out], _values())
+    assert all(not m.headers() for m in out), "transactional mode adds no header"
+    # The fact: group eo-sink-<sink_id>-w2 holds offset 7 on the topic's partition 0.
+    fact = txnfacts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 7, timeout=30)
+    assert fact is not None and fact.rows == ROWS
+    assert sum(fact.partitions[topic].values()) == ROWS
+    assert txnfacts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 8, 30) is None
+    assert txnfacts.read_fact(sink.producer_conf, sink.sink_id, 1, [topic], 7, 30) is None
+
+
+def test_retry_after_the_transaction_committed_writes_nothing(
+    kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    topic = new_topic(partitions=3)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    _fail_once(monkeypatch, "kafka_sink.after_txn_commit@4!raise",
+               lambda: sink.stage(TaskInfo(4, 0), iter(_rows().to_batches())))
+    retry = sink.stage(TaskInfo(4, 0, attempt=1), iter(_rows().to_batches()))
+    assert retry.already_committed and retry.retry
+    assert (retry.produced, retry.skipped) == (0, ROWS)
+    assert sum(retry.partitions[topic].values()) == ROWS
+    sink.commit(4, [retry])
+    assert sink.commit_info(4)["skipped"] == ROWS
+    assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)], _values())
+    # The retry did not even open a transaction: nothing after the first attempt's marker.
+    uncommitted = read_topic(kafka_bootstrap, topic, isolation="read_uncommitted")
+    assert len(uncommitted) == ROWS
+
+
+def test_retry_before_the_transaction_committed_writes_everything_once(
+    kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    topic = new_topic(partitions=3)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    _fail_once(monkeypatch, "kafka_sink.after_flush@5!raise",
+               lambda: sink.stage(TaskInfo(5, 1), iter(_rows().to_batches())))
+    # The failed attempt's rows reached the log, in a transaction it aborted.
+    assert len(read_topic(kafka_bootstrap, topic, isolation="read_uncommitted")) == ROWS
+    assert read_topic(kafka_bootstrap, topic) == []
+    retry = sink.stage(TaskInfo(5, 1, attempt=1), iter(_rows().to_batches()))
+    assert (retry.produced, retry.skipped, retry.already_committed) == (ROWS, 0, False)
+    assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)], _values())
+
+
+def test_a_committed_batch_replayed_writes_nothing(kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    sink.commit(0, [sink.stage(TaskInfo(0, 0), iter(_rows().to_batches()))])
+    ends = len(read_topic(kafka_bootstrap, topic, isolation="read_uncommitted"))
+    replay = sink.stage(TaskInfo(0, 0), iter(_rows().to_batches()))
+    assert replay.already_committed and replay.produced == 0
+    assert len(read_topic(kafka_bootstrap, topic, isolation="read_uncommitted")) == ends
+
+
+def test_recovery_key_headers_on_request(kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    sink = _sink(kafka_bootstrap, tmp_path, topic, recovery_key_headers=True)
+    sink.stage(TaskInfo(3, 1), iter(_rows(500).to_batches()))
+    keys = [recovery.find_key(m.headers()) for m in read_topic(kafka_bootstrap, topic)]
+    assert all(k is not None and (k.sink_id, k.batch_id, k.writer) == (sink.sink_id, 3, 1)
+               for k in keys)
+    assert sorted(k.seq for k in keys if k is not None) == list(range(500))
