@@ -3,14 +3,16 @@
     python bench/jdbc_throughput.py --rows 1000000
 
 The rows are ``(id bigint, s text, x double precision)`` with ``s`` a 20-character string.
-Three writers, in one run, on the same PostgreSQL (``POSTGRES_DSN`` or
-``postgresql://postgres@127.0.0.1:5432/test``), each into a fresh table:
+Three writers, in one run, on the same PostgreSQL (``POSTGRES_DSN`` or the test tier's
+``postgresql://eo:eo@127.0.0.1:5432/eo_test`` that scripts/run-tests sets up), each into a
+fresh table:
 
 - ours: ``df.write.format("eo_jdbc")`` (append, batch id 0): 2 Spark tasks COPY into the
   UNLOGGED staging table, then the driver's one commit transaction (``FOR UPDATE`` check,
   ``INSERT ... SELECT``, commit row, cleanup);
-- ``spark_jdbc``: ``df.write.jdbc`` with the PostgreSQL JDBC driver (Debian package
-  ``libpostgresql-jdbc-java``, passed with ``spark.jars``), default options;
+- ``spark_jdbc``: ``df.write.jdbc`` with the PostgreSQL JDBC driver (``org.postgresql``
+  from Maven Central, the ``postgresql-jdbc`` profile of connectors/demo/services/pom.xml,
+  passed with ``spark.jars``), default options;
 - ``raw_copy``: one psycopg ``COPY ... FROM STDIN`` of the same rows, already in memory as
   Python tuples, with ``copy.write_row`` (psycopg's documented COPY idiom), no Spark. Also
   reported: ``raw_copy_csv``, the same COPY fed with a CSV block rendered beforehand (not
@@ -49,15 +51,25 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from _common import bench_spark  # noqa: E402
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_DSN = "postgresql://eo:eo@127.0.0.1:5432/eo_test"
 
 
 def jdbc_jar() -> str | None:
+    """The PostgreSQL JDBC driver: ``POSTGRES_JDBC_JAR``, else resolved from Maven Central
+    (cached), else a Debian ``libpostgresql-jdbc-java``."""
+    if os.environ.get("POSTGRES_JDBC_JAR"):
+        return os.environ["POSTGRES_JDBC_JAR"]
+    from connectors.core.errors import ConnectorError
+    from connectors.demo.services import maven
+
+    try:
+        found = sorted(glob.glob(str(maven.resolve("postgresql-jdbc") / "postgresql-*.jar")))
+    except ConnectorError as e:
+        print(f"no PostgreSQL JDBC driver from Maven Central: {e}", file=sys.stderr)
+        found = []
     for pattern in ("/usr/share/java/postgresql.jar", "/usr/share/java/postgresql-*.jar"):
-        found = sorted(glob.glob(pattern))
-        if found:
-            return found[0]
-    return os.environ.get("POSTGRES_JDBC_JAR")
+        found += sorted(glob.glob(pattern))
+    return found[0] if found else None
 
 
 def build_spark(jar: str | None) -> Any:

@@ -1,15 +1,21 @@
-"""Throughput of the exactly-once ``eo_kafka`` sink against a raw confluent-kafka produce loop.
+"""Throughput of the exactly-once ``eo_kafka`` sink against Spark's own JVM Kafka sink and a
+raw confluent-kafka produce loop.
 
     python bench/kafka_sink_throughput.py --rows 1000000      # the issue's figure
     python bench/kafka_sink_throughput.py --rows 100000       # quick run
 
-Against the same broker, in the same run:
+Against the same Apache Kafka broker, in the same run:
 
-- ours: Spark (``local[2]``) writing a cached DataFrame of ``--rows`` records of
-  ``--value-bytes`` bytes (null keys) with ``df.write.format("eo_kafka")`` into a topic of
-  ``--partitions`` partitions (after one untimed full-size warm-up write). This
-  includes the Arrow hand-over, the deterministic sort, routing, recovery-key headers, the
-  started marker, flush and the driver commit;
+- ours, both modes: Spark (``local[2]``) writing a cached DataFrame of ``--rows`` records
+  of ``--value-bytes`` bytes (null keys) with ``df.write.format("eo_kafka")`` into a topic
+  of ``--partitions`` partitions (after one untimed full-size warm-up write per mode).
+  ``transactional=true`` (``txn_*``): one transaction per task, no header, no sort, a commit
+  fact; the recovery-key mode (``rk_*``): the deterministic sort, routing, recovery-key
+  headers, the started marker. Both include the Arrow hand-over, flush and the driver commit;
+- Spark's own JVM Kafka sink (at-least-once), ``df.write.format("kafka")`` of the same
+  DataFrame with the same Spark settings, in the virtualenv of the pyspark whose connector
+  Maven Central serves (tests/services/spark_jvm.py; both versions are printed), warm-up
+  write first (``*_ratio_spark_kafka_sink``);
 - baseline: one Python process with a confluent-kafka ``Producer`` with the *same producer
   settings* (``enable.idempotence=true``, ``acks=all``, failed-delivery callbacks only),
   calling ``produce(topic, value)`` for pre-built values in a loop and ``flush()``
@@ -23,8 +29,13 @@ after writing half of them (failpoint ``kafka_sink.mid_produce``), then retried;
 scan time, records read and total time are reported next to a clean task of the same size.
 ``commit_overhead_ms`` is the driver's commit step (WAL commit marker + marker purge).
 
+``txn_commit_overhead_ms`` is a transactional task's commit step (commit fact +
+``commit_transaction``), ``txn_task_setup_ms`` its ``init_transactions`` + fact check.
+``fact_designs`` compares the two ways DESIGN.md section 6 weighed to record a commit fact:
+a record in a side topic vs a consumer-group offset, per-transaction cost and check cost.
+
 The last line is ``RESULT {json}`` (DESIGN.md section 11). The broker is
-``KAFKA_BOOTSTRAP_SERVERS`` or an embedded tansu broker.
+``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka from the Maven-resolved jars.
 """
 
 from __future__ import annotations
@@ -99,14 +110,6 @@ def raw_produce(
     return elapsed
 
 
-def sink_write(df: Any, bootstrap: str, topic: str, wal: str, sink_id: str, batch_id: int) -> float:
-    started = time.perf_counter()
-    (df.write.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", topic).option("sink_id", sink_id).option("walPath", wal)
-     .option("batchId", batch_id).mode("append").save())
-    return time.perf_counter() - started
-
-
 def scan_cost(bootstrap: str, rows: int, value_bytes: int, partitions: int) -> dict[str, float]:
     """A task of ``rows`` rows fails after writing half; its retry scans and finishes."""
     import pyarrow as pa
@@ -158,32 +161,148 @@ def scan_cost(bootstrap: str, rows: int, value_bytes: int, partitions: int) -> d
     }
 
 
+def sink_write(df: Any, bootstrap: str, topic: str, wal: str, sink_id: str, batch_id: int,
+               transactional: bool = False) -> float:
+    started = time.perf_counter()
+    (df.write.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).option("sink_id", sink_id).option("walPath", wal)
+     .option("transactional", str(transactional).lower())
+     .option("batchId", batch_id).mode("append").save())
+    return time.perf_counter() - started
+
+
+def spark_jvm_sink(bootstrap: str, rows: int, value_bytes: int, partitions: int,
+                   repeat: int) -> tuple[list[float], str]:
+    """Rows/s of Spark's own Kafka sink (after a warm-up write), and its Spark version."""
+    from tests.services.spark_jvm import jvm_spark, run_job
+
+    jvm = jvm_spark()
+    topics = [f"bench-jvm-{uuid.uuid4().hex[:8]}" for _ in range(repeat + 1)]
+    for t in topics:
+        create_topic(bootstrap, t, partitions)
+    result = run_job(jvm, {"action": "bench_write", "bootstrap": bootstrap, "topics": topics,
+                           "rows": rows, "value_bytes": value_bytes}, timeout=1800)
+    return list(result["rows_per_s"]), f"{jvm.describe()}"
+
+
+def txn_overheads(bootstrap: str, partitions: int, tasks: int = 20) -> dict[str, float]:
+    """Median per-task costs of the transactional mode on small tasks (100 rows)."""
+    import pyarrow as pa
+
+    from connectors.core.sink import TaskInfo
+    from connectors.kafka.sink import KafkaSink
+
+    topic = f"bench-txn-small-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions)
+    sink = KafkaSink(f"small-{uuid.uuid4().hex[:6]}", tempfile.mkdtemp(prefix="eo-bench-txn-"),
+                     bootstrap_servers=bootstrap, topic=topic, transactional=True)
+    table = pa.table({"value": [b"x" * 100] * 100})
+    commit, setup, total = [], [], []
+    for b in range(tasks):
+        r = sink.stage(TaskInfo(b, 0), iter(table.to_batches()))
+        commit.append(r.commit_seconds * 1000)
+        setup.append(r.scan_seconds * 1000)
+        total.append(r.seconds * 1000)
+    return {"txn_commit_overhead_ms": round(statistics.median(commit), 2),
+            "txn_fact_check_ms": round(statistics.median(setup), 2),
+            "txn_small_task_ms": round(statistics.median(total), 2)}
+
+
+def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
+    """The two commit-fact designs side by side, each in ``rounds`` transactions of one
+    record: (a) a commit record in a side topic, checked with a read_committed read from a
+    known offset; (b) a group offset via send_offsets_to_transaction, checked with one stable
+    offset fetch. Per-transaction time (produce + fact + commit) and check time, medians."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+
+    from connectors.kafka import producers
+
+    data = f"bench-fact-data-{uuid.uuid4().hex[:8]}"
+    side = f"bench-fact-side-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, data, 1)
+    create_topic(bootstrap, side, 1)
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+    admin = producers.admin({"bootstrap.servers": bootstrap})
+    out: dict[str, float] = {}
+    for design in ("side_topic", "group_offset"):
+        producer = Producer({**conf, "transactional.id": f"bench-{design}-{uuid.uuid4().hex}"})
+        producer.init_transactions(30)
+        group = f"bench-fact-{uuid.uuid4().hex[:8]}"
+        meta = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        txn, check = [], []
+        for b in range(rounds):
+            started = time.perf_counter()
+            producer.begin_transaction()
+            producer.produce(data, b"row")
+            if design == "side_topic":
+                producer.produce(side, f"b{b}".encode(), b"fact")
+            else:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(data, 0, b, metadata="{}")],
+                    meta.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+            txn.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            if design == "side_topic":
+                reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                   "isolation.level": "read_committed",
+                                   "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+                reader.assign([TopicPartition(side, 0, b)])  # the fact's offset: b
+                found = False
+                while not found:
+                    m = reader.poll(5)
+                    if m is None:
+                        raise SystemExit("side-topic fact not found")
+                    found = m.error() is None and m.value() == b"fact"
+                reader.close()
+            else:
+                fut = admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group, [TopicPartition(data, 0)])],
+                    require_stable=True)[group]
+                if fut.result().topic_partitions[0].offset != b:
+                    raise SystemExit("group-offset fact not found")
+            check.append((time.perf_counter() - started) * 1000)
+        meta.close()
+        producers.close_producer(producer, 10)
+        out[f"fact_{design}_txn_ms"] = round(statistics.median(txn), 2)
+        out[f"fact_{design}_check_ms"] = round(statistics.median(check), 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scan-rows", type=int, default=200_000)
     args = ap.parse_args()
 
     bootstrap, broker = bench_broker()
     try:
+        version = getattr(broker, "version", "external")
+        jvm_rates, jvm_desc = spark_jvm_sink(bootstrap, args.rows, args.value_bytes,
+                                             args.partitions, args.repeat)
+        for i, r in enumerate(jvm_rates):
+            print(f"spark JVM kafka sink run {i}: {r:,.0f} rows/s ({jvm_desc})", flush=True)
         spark = bench_spark("bench-kafka-sink")
+        print(f"ours: pyspark {spark.version}; broker Apache Kafka {version}", flush=True)
         df = spark.range(0, args.rows, numPartitions=2).selectExpr(
             f"cast(rpad(cast(id as string), {args.value_bytes}, 'x') as binary) as value"
         ).cache()
         if df.count() != args.rows:
             raise SystemExit("DataFrame size mismatch")
         wal = tempfile.mkdtemp(prefix="eo-bench-sink-")
-        warm = f"bench-warm-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, warm, args.partitions)
-        # Warm-up, not timed: one full-size write, so the JVM's JIT has compiled the Arrow
-        # export and the Python workers hold their imports and cached producer before
-        # anything is measured (the raw loop's producer is warmed up the same way).
-        sink_write(df, bootstrap, warm, os.path.join(wal, "warm"), "warm", 0)
+        for txn in (False, True):
+            # Warm-up, not timed: one full-size write per mode, so the JVM's JIT has
+            # compiled the Arrow export and the Python workers hold their imports (the raw
+            # loop's producer is warmed up the same way).
+            warm = f"bench-warm-{uuid.uuid4().hex[:8]}"
+            create_topic(bootstrap, warm, args.partitions)
+            sink_write(df, bootstrap, warm, os.path.join(wal, warm), warm, 0, txn)
 
-        ours: list[float] = []
+        rk: list[float] = []
+        txn_rates: list[float] = []
         raw: list[float] = []
         raw_hdr: list[float] = []
         for i in range(args.repeat):
@@ -196,30 +315,45 @@ def main() -> None:
             raw_hdr.append(args.rows / raw_produce(bootstrap, topic, args.rows, args.value_bytes,
                                                    with_header=True))
             print(f"raw producer + 30-byte header run {i}: {raw_hdr[-1]:,.0f} rows/s", flush=True)
-            topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
-            create_topic(bootstrap, topic, args.partitions)
-            sink_id = f"bench-{uuid.uuid4().hex[:6]}"
-            seconds = sink_write(df, bootstrap, topic, os.path.join(wal, sink_id), sink_id, 0)
-            ours.append(args.rows / seconds)
-            print(f"spark eo_kafka sink run {i}: {ours[-1]:,.0f} rows/s", flush=True)
+            for txn, rates in ((True, txn_rates), (False, rk)):
+                topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
+                create_topic(bootstrap, topic, args.partitions)
+                seconds = sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, 0,
+                                     txn)
+                rates.append(args.rows / seconds)
+                print(f"spark eo_kafka sink ({'transactional' if txn else 'recovery keys'}) "
+                      f"run {i}: {rates[-1]:,.0f} rows/s", flush=True)
         spark.stop()
 
         scan = scan_cost(bootstrap, args.scan_rows, args.value_bytes, args.partitions)
         print(f"recovery scan: {scan['recovery_scan_records']} records in "
               f"{scan['recovery_scan_s']}s; retry task {scan['retry_task_s']}s vs clean task "
               f"{scan['clean_task_s']}s; commit {scan['commit_overhead_ms']} ms", flush=True)
-        best_ours, best_raw = max(ours), max(raw)
+        overheads = txn_overheads(bootstrap, args.partitions)
+        designs = fact_designs(bootstrap)
+        print(f"transactional per-task overheads: {overheads}; fact designs: {designs}",
+              flush=True)
+        best_txn, best_rk, best_raw, best_jvm = max(txn_rates), max(rk), max(raw), max(jvm_rates)
         result = {
             "bench": "kafka_sink",
             "rows": args.rows,
-            "eo_kafka_sink_rows_per_s": round(best_ours),
+            "txn_rows_per_s": round(best_txn),
+            "rk_rows_per_s": round(best_rk),
+            "spark_kafka_sink_rows_per_s": round(best_jvm),
             "raw_producer_rows_per_s": round(best_raw),
-            "ratio_raw_producer": round(best_ours / best_raw, 3),
+            "txn_ratio_raw_producer": round(best_txn / best_raw, 3),
+            "txn_ratio_spark_kafka_sink": round(best_txn / best_jvm, 3),
+            "rk_ratio_spark_kafka_sink": round(best_rk / best_jvm, 3),
+            "rk_ratio_raw_producer": round(best_rk / best_raw, 3),
             "raw_producer_with_header_rows_per_s": round(max(raw_hdr)),
-            "ratio_raw_producer_with_header": round(best_ours / max(raw_hdr), 3),
+            "lowest_runs": {"txn": round(min(txn_rates)), "rk": round(min(rk)),
+                            "spark_kafka_sink": round(min(jvm_rates)), "raw": round(min(raw))},
             "value_bytes": args.value_bytes,
             "partitions": args.partitions,
-            "broker": "env" if broker is None else "embedded tansu",
+            "broker": f"Apache Kafka {version}",
+            "spark_jvm": jvm_desc,
+            **overheads,
+            **designs,
             **scan,
         }
         print("RESULT " + json.dumps(result), flush=True)

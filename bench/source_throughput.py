@@ -17,7 +17,7 @@ the peak RSS of Spark's Python workers (``VmHWM`` from /proc), which should not 
 ``--rows``: the range reader yields bounded Arrow batches and librdkafka's prefetch is
 capped. The last line is ``RESULT {json}`` (DESIGN.md section 11).
 
-The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or an embedded tansu broker.
+The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka from the Maven-resolved jars.
 """
 
 from __future__ import annotations

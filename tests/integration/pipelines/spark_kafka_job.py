@@ -9,7 +9,11 @@ argument names a JSON spec file:
   ``endingOffsets=latest``, ``includeHeaders=true``; ``options`` adds or overrides, e.g.
   ``kafka.isolation.level``); result ``rows``: ``[key, value, partition, offset, headers]``;
 - ``{"action": "write", "bootstrap", "topic", "rows": [[key, value, headers, partition]]}``:
-  ``df.write.format("kafka")`` of those rows; result ``written``.
+  ``df.write.format("kafka")`` of those rows; result ``written``;
+- ``{"action": "bench_write", "bootstrap", "topics": [...], "rows", "value_bytes"}``: the
+  Kafka sink benchmark's baseline (bench/kafka_sink_throughput.py). A cached DataFrame of
+  ``rows`` values shaped like the benchmark's, written once untimed to ``topics[0]`` (the
+  warm-up), then once to each further topic; result ``rows_per_s`` per timed write.
 
 Binary values travel as base64 (null stays null); headers as ``[[key, value], ...]`` or
 null. Common keys: ``jars`` (``spark.jars``), ``out`` (where the JSON result goes),
@@ -70,6 +74,24 @@ def write(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"written": len(data)}
 
 
+def bench_write(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    rows, width = int(spec["rows"]), int(spec["value_bytes"])
+    df = spark.range(0, rows, numPartitions=2).selectExpr(
+        f"cast(rpad(cast(id as string), {width}, 'x') as binary) as value").cache()
+    if df.count() != rows:
+        raise SystemExit("DataFrame size mismatch")
+    rates = []
+    for i, topic in enumerate(spec["topics"]):
+        started = time.perf_counter()
+        (df.write.format("kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
+         .option("topic", topic).mode("append").save())
+        if i:  # the first write is the warm-up
+            rates.append(rows / (time.perf_counter() - started))
+    return {"rows_per_s": rates}
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
@@ -82,6 +104,7 @@ def main(argv: list[str]) -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
         .config("spark.jars", ",".join(spec["jars"]))
         .getOrCreate()
     )
@@ -90,7 +113,8 @@ def main(argv: list[str]) -> int:
         if spec.get("expect_spark") and spark.version != spec["expect_spark"]:
             raise SystemExit(f"this JVM runs Spark {spark.version}, the connector is for "
                              f"{spec['expect_spark']}: refusing to mix versions")
-        result = {"read": read, "write": write}[spec["action"]](spark, spec)
+        actions = {"read": read, "write": write, "bench_write": bench_write}
+        result = actions[spec["action"]](spark, spec)
         result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
     finally:
         spark.stop()
