@@ -347,7 +347,10 @@ class ConnectServer:
         cmd.append("spark-internal")
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
-                                         env=service_env(), cwd=self.workdir,
+                                         # spark-submit sizes SparkConnectServer's JVM
+                                         # as a daemon's
+                                         env=service_env({"SPARK_DAEMON_MEMORY": "1g"}),
+                                         cwd=self.workdir,
                                          start_new_session=True)
         try:
             _wait(self._ready, timeout, "the Spark Connect server", self.log_path)
