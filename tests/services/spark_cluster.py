@@ -198,7 +198,10 @@ class StandaloneCluster:
             "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
             "--port", str(w.port), "--webui-port", str(w.ui_port),
             "--cores", str(self.cores), "--memory", self.worker_memory,
-            "--work-dir", w.work_dir, self.url, log_path=w.log_path)
+            "--work-dir", w.work_dir, self.url, log_path=w.log_path,
+            # The worker heartbeats every timeout/4 of *its own* setting: without this it
+            # keeps Spark's 60 s (a beat every 15 s) and the master drops it every 6 s.
+            extra_env={"SPARK_WORKER_OPTS": f"-Dspark.worker.timeout={self.worker_timeout}"})
         return w
 
     def _state(self) -> dict[str, Any] | None:
