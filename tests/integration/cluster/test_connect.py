@@ -12,6 +12,7 @@ functions run in the server's Python process, with a Connect session of their ow
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import Counter
@@ -48,17 +49,31 @@ def connect_server(request: pytest.FixtureRequest,
         server.stop()
 
 
-@pytest.fixture(scope="session")
+# pyspark's builder.remote() sets these in os.environ, which switches every later
+# SparkSession.builder (the classic ``spark`` fixture, and the pipelines' child processes)
+# into Connect mode; they are restored when this module's tests end.
+_CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@pytest.fixture(scope="module")
 def connect(connect_server: ConnectServer) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     import connectors
 
+    saved = {k: os.environ.get(k) for k in _CONNECT_ENV}
     session = SparkSession.builder.remote(connect_server.url).getOrCreate()
-    assert type(session).__module__.startswith("pyspark.sql.connect")
-    connectors.register(session)
-    yield session
-    session.stop()
+    try:
+        assert type(session).__module__.startswith("pyspark.sql.connect")
+        connectors.register(session)
+        yield session
+    finally:
+        session.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture
