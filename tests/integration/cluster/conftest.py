@@ -175,7 +175,14 @@ class ClusterRun:
 
     def cleanup(self) -> None:
         import psycopg
+        from confluent_kafka.admin import AdminClient
         from psycopg import sql
+
+        topics = [self.topic, *(self.names(j)["topic"] for j in ("kafka_rk", "kafka_txn",
+                                                                  "faults"))]
+        with contextlib.suppress(Exception):
+            AdminClient({"bootstrap.servers": self.bootstrap}).delete_topics(
+                topics, operation_timeout=5)
 
         dsn = "postgresql://" + self.pg_url.split("://", 1)[1]
         with contextlib.suppress(Exception), psycopg.connect(dsn, autocommit=True) as conn:
