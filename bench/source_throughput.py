@@ -33,7 +33,9 @@ The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka (bench/_common
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import operator
 import os
 import sys
 import threading
@@ -86,7 +88,7 @@ def raw_consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float
     while len(eof) < partitions:
         msgs = c.consume(50000, 1.0)
         errors = list(map(Message.error, msgs))
-        if errors.count(None) != len(msgs):
+        if any(map(operator.is_not, errors, itertools.repeat(None, len(errors)))):
             for m, e in zip(msgs, errors, strict=True):
                 if e is not None and e.code() == KafkaError._PARTITION_EOF:
                     eof.add(m.partition() or 0)

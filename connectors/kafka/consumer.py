@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 import logging
 import operator
 import time
@@ -224,7 +225,8 @@ class _RangeReader:
             self._no_records()
             return None
         errors = list(map(Message.error, msgs))
-        if errors.count(None) != len(msgs):
+        # Identity, not ``errors.count(None)``: KafkaError's == raises on None.
+        if any(map(operator.is_not, errors, itertools.repeat(None, len(errors)))):
             msgs = self._errors(msgs, errors)
             if not msgs:
                 return None
