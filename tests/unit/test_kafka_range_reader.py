@@ -71,3 +71,19 @@ def test_deleted_offsets_are_data_loss():
     fake = FakeConsumer("t", {i: b"x" for i in range(5, 20)}, high=20, low=5)
     t = _read(fake, 0, 10, fail_on_data_loss=False)
     assert t.column("offset").to_pylist() == list(range(5, 10))
+
+
+def test_reader_fetch_defaults_are_bounded_and_overridable():
+    from connectors.kafka.options import KafkaSourceOptions
+
+    def conf(**extra: str) -> dict[str, str]:
+        o = KafkaSourceOptions.from_options(
+            {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", **extra})
+        return o.clusters[0].reader_conf(o.group_id)
+
+    c = conf()
+    assert c["queued.max.messages.kbytes"] == "32768"  # the prefetch bound per partition
+    assert c["max.partition.fetch.bytes"] == str(10 * 1024 * 1024)
+    assert c["fetch.queue.backoff.ms"] == "10"
+    assert c["isolation.level"] == "read_committed"
+    assert conf(**{"kafka.fetch.queue.backoff.ms": "500"})["fetch.queue.backoff.ms"] == "500"
