@@ -181,7 +181,8 @@ def spark_jvm_sink(bootstrap: str, rows: int, value_bytes: int, partitions: int,
     for t in topics:
         create_topic(bootstrap, t, partitions)
     result = run_job(jvm, {"action": "bench_write", "bootstrap": bootstrap, "topics": topics,
-                           "rows": rows, "value_bytes": value_bytes}, timeout=1800)
+                           "rows": rows, "value_bytes": value_bytes,
+                           "driver_memory": "2g"}, timeout=1800)
     return list(result["rows_per_s"]), f"{jvm.describe()}"
 
 

@@ -1,29 +1,41 @@
-"""Throughput of the ``eo_kafka`` source against a raw confluent-kafka consume loop.
+"""Throughput of the ``eo_kafka`` source against Spark's own JVM Kafka source and a tuned
+raw confluent-kafka consume loop.
 
     python bench/source_throughput.py --rows 1000000      # the issue's figure
-    python bench/source_throughput.py --rows 100000       # quick run
+    python bench/source_throughput.py --rows 100000 --skip-jvm   # quick run
 
 Produces ``--rows`` records of ``--value-bytes`` bytes over ``--partitions`` partitions, then
-measures, against the same broker in the same run:
+measures, against the same broker and topic in the same run:
 
-- ours: Spark (``local[2]``) reading the topic with ``spark.read.format("eo_kafka")`` into the
-  ``noop`` sink (Python workers already started by a small warm-up read);
-- baseline: one Python process with a confluent-kafka ``Consumer`` assigned to every
-  partition, ``consume(10000)`` in a loop, touching key, value, partition, offset and
-  timestamp of every message, until partition EOF everywhere.
+- Spark's JVM Kafka source: ``spark.read.format("kafka")`` into the ``noop`` sink, with the
+  same Spark settings as ours (``local[2]``, 2 shuffle partitions, 2 GiB driver). Maven
+  Central serves no ``spark-sql-kafka`` for every pyspark, so it runs through
+  ``tests/services/spark_jvm.py`` (the ``bench_read`` action of
+  ``tests/integration/pipelines/spark_kafka_job.py``), in a virtualenv with the connector's
+  pyspark when ours has none; both Spark versions are printed.
+- ours: Spark (``local[2]``) reading the topic with ``spark.read.format("eo_kafka")`` into
+  the ``noop`` sink.
+- raw: one Python thread with one confluent-kafka ``Consumer`` assigned to every partition,
+  tuned (``consume(50000)``, ``fetch.max.bytes`` 50 MB, ``max.partition.fetch.bytes``
+  10 MB), building Arrow arrays of key, value, partition, offset and timestamp, until
+  partition EOF everywhere: the per-record Python floor.
 
-Each side runs twice and the better run counts (the machine may be shared). It also prints
-the peak RSS of Spark's Python workers (``VmHWM`` from /proc), which should not grow with
-``--rows``: the range reader yields bounded Arrow batches and librdkafka's prefetch is
+Every reader gets one full-size warm-up run, then ``--repeat`` timed runs; the best run
+counts (the machine may be shared) and the lowest is reported beside it. It also prints the
+peak RSS of Spark's Python workers (``VmHWM`` from /proc, reset before each measurement)
+for ``--rows`` and for ``--rss-rows`` records (default 4x): it must not grow with the
+backlog, since the range reader yields bounded Arrow batches and librdkafka's prefetch is
 capped. The last line is ``RESULT {json}`` (DESIGN.md section 11).
 
-The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka from the Maven-resolved jars.
+The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka (bench/_common.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import operator
 import os
 import sys
 import threading
@@ -37,6 +49,11 @@ from _common import bench_broker, bench_spark  # noqa: E402
 
 from connectors.demo.services.kafka import create_topic, produce_records  # noqa: E402
 
+RAW_CONF = {
+    "fetch.max.bytes": 50 * 1024 * 1024,
+    "max.partition.fetch.bytes": 10 * 1024 * 1024,
+}
+
 
 def produce(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes: int) -> None:
     pad = b"x" * value_bytes
@@ -47,12 +64,14 @@ def produce(bootstrap: str, topic: str, rows: int, partitions: int, value_bytes:
             yield None, tag + pad[len(tag):], i % partitions
 
     produce_records(bootstrap, topic, records(),
-                  extra_conf={"linger.ms": 50, "batch.num.messages": 10000,
-                              "queue.buffering.max.messages": 1_000_000})
+                    extra_conf={"linger.ms": 50, "batch.num.messages": 10000,
+                                "queue.buffering.max.messages": 1_000_000})
 
 
 def raw_consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float]:
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    """The tuned single-thread loop: ``(records, seconds)``."""
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
     c = Consumer({
         "bootstrap.servers": bootstrap,
@@ -60,31 +79,41 @@ def raw_consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
+        **RAW_CONF,
     })
     started = time.perf_counter()
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     eof: set[int] = set()
     n = 0
-    checksum = 0
     while len(eof) < partitions:
-        for m in c.consume(10000, 1.0):
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+        msgs = c.consume(50000, 1.0)
+        errors = list(map(Message.error, msgs))
+        if any(map(operator.is_not, errors, itertools.repeat(None, len(errors)))):
+            for m, e in zip(msgs, errors, strict=True):
+                if e is not None and e.code() == KafkaError._PARTITION_EOF:
                     eof.add(m.partition() or 0)
-                continue
-            m.key()
-            v = m.value()
-            m.partition()
-            checksum += m.offset() or 0
-            m.timestamp()
-            n += 1 if v is not None else 0
+            msgs = [m for m, e in zip(msgs, errors, strict=True) if e is None]
+        if not msgs:
+            continue
+        stamps = list(map(Message.timestamp, msgs))
+        arrays = [
+            pa.array(list(map(Message.key, msgs)), pa.binary()),
+            pa.array(list(map(Message.value, msgs)), pa.binary()),
+            pa.array(list(map(Message.partition, msgs)), pa.int32()),
+            pa.array(list(map(Message.offset, msgs)), pa.int64()),
+            pa.array([s[1] for s in stamps], pa.int64()),
+        ]
+        n += len(arrays[1])
     elapsed = time.perf_counter() - started
     c.close()
     return n, elapsed
 
 
 class WorkerMemory:
-    """Peak RSS (VmHWM) of the Python processes under Spark's JVM, sampled from /proc."""
+    """Peak RSS (VmHWM) of the Python processes under Spark's JVM, sampled from /proc.
+
+    :meth:`reset` clears the high-water marks (``/proc/<pid>/clear_refs``), so that one
+    measurement's peak does not carry into the next (Spark reuses its Python workers)."""
 
     def __init__(self, root_pid: int) -> None:
         self.root = root_pid
@@ -105,7 +134,16 @@ class WorkerMemory:
         while not self._stop.wait(0.2):
             self.sample()
 
-    def sample(self) -> None:
+    def reset(self) -> None:
+        for pid in self.workers():
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
+            except OSError:
+                continue
+        self.peak_kb = 0
+
+    def workers(self) -> list[int]:
         children: dict[int, list[int]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -116,7 +154,7 @@ class WorkerMemory:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(name))
-        todo, seen = list(children.get(self.root, [])), set()
+        todo, seen, out = list(children.get(self.root, [])), set(), []
         while todo:
             pid = todo.pop()
             if pid in seen:
@@ -125,8 +163,15 @@ class WorkerMemory:
             todo.extend(children.get(pid, []))
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"python" not in f.read():
-                        continue
+                    if b"python" in f.read():
+                        out.append(pid)
+            except OSError:
+                continue
+        return out
+
+    def sample(self) -> None:
+        for pid in self.workers():
+            try:
                 with open(f"/proc/{pid}/status") as f:
                     for line in f:
                         if line.startswith("VmHWM:"):
@@ -145,13 +190,99 @@ def spark_read(spark: Any, bootstrap: str, topic: str, ending: dict[str, Any] | 
     return time.perf_counter() - started
 
 
+def jvm_source(bootstrap: str, topic: str, rows: int, repeat: int) -> tuple[list[float], str]:
+    """Spark's own Kafka source -> noop: ``(rows/s per timed run, description)``."""
+    from tests.services.spark_jvm import jvm_spark, run_job
+
+    jvm = jvm_spark()
+    print(f"JVM baseline: {jvm.describe()}; our pyspark {jvm.ours}", flush=True)
+    out = run_job(jvm, {"action": "bench_read", "bootstrap": bootstrap, "topic": topic,
+                        "rows": rows, "repeat": repeat, "driver_memory": "2g"},
+                  timeout=1800.0)
+    if out["count"] != rows:
+        raise SystemExit(f"Spark's Kafka source read {out['count']} records, expected {rows}")
+    return list(out["rows_per_s"]), (f"Spark {out['spark_version']} (pyspark "
+                                     f"{out['pyspark_version']}), ours pyspark {jvm.ours}")
+
+
+def profile_read(spark: Any, mem: WorkerMemory, bootstrap: str, topic: str,
+                 out: str) -> dict[str, float]:
+    """One more eo_kafka read with py-spy (``pip install py-spy``) sampling every Python
+    worker, idle time included; returns the share of worker samples per stage."""
+    import subprocess
+
+    import connectors.kafka.consumer as consumer
+
+    with open(consumer.__file__) as f:
+        source = list(enumerate(f, 1))
+    lines = {
+        "consume_call": {i for i, text in source if ".consume(" in text and "def " not in text},
+        "message_attributes": {i for i, text in source
+                               if "map(Message." in text or "for m in " in text},
+    }
+    spies = [subprocess.Popen(["py-spy", "record", "--idle", "--format", "raw", "-r", "200",
+                               "-o", f"{out}.{pid}", "-p", str(pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for pid in mem.workers()]
+    time.sleep(2.0)  # py-spy attached
+    spark_read(spark, bootstrap, topic, None)
+    for spy in spies:
+        spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
+        spy.wait(60)
+    stages: dict[str, float] = {}
+    for pid in mem.workers():
+        try:
+            with open(f"{out}.{pid}") as f:
+                samples = f.read().splitlines()
+        except OSError:
+            continue
+        for line in samples:
+            stack, _, count = line.rpartition(" ")
+            stage = _stage(stack, lines)
+            if stage is not None:
+                stages[stage] = stages.get(stage, 0) + int(count)
+    total = sum(stages.values()) or 1
+    return {k: round(100 * v / total, 1) for k, v in sorted(stages.items())}
+
+
+def _stage(stack: str, lines: dict[str, set[int]]) -> str | None:
+    """The stage of one sampled stack (None: the worker was not reading a range).
+
+    py-spy shows Python frames (``func (file:line)``, root first); time in a C call (the
+    consume call, ``pa.array``) is the calling line's."""
+    frames = stack.split(";")
+    if not any("read_range" in f for f in frames):
+        return "handoff_to_spark" if any("dump_stream" in f for f in frames) else None
+    leaf = frames[-1]
+    if "consumer.py:" in leaf:
+        line = int(leaf.rsplit("consumer.py:", 1)[1].rstrip(")"))
+        for stage, numbers in lines.items():
+            if line in numbers:
+                return stage
+    if leaf.startswith("<listcomp>"):
+        return "message_attributes"
+    if any(f.startswith("_to_batch") for f in frames):
+        return "arrow_building"
+    return "other_read"
+
+
+def _summary(name: str, rates: list[float]) -> str:
+    return f"{name}: best {max(rates):,.0f} rows/s, lowest {min(rates):,.0f} rows/s"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rss-rows", type=int, default=None,
+                    help="records of the second memory measurement (default 4x --rows; 0: skip)")
+    ap.add_argument("--skip-jvm", action="store_true", help="no Spark JVM Kafka source run")
+    ap.add_argument("--profile", metavar="PREFIX",
+                    help="also profile one eo_kafka read with py-spy; raw stacks to PREFIX.<pid>")
     args = ap.parse_args()
+    rss_rows = 4 * args.rows if args.rss_rows is None else args.rss_rows
 
     bootstrap, broker = bench_broker()
     try:
@@ -161,43 +292,90 @@ def main() -> None:
         produce(bootstrap, topic, args.rows, args.partitions, args.value_bytes)
         print(f"produced {args.rows} records in {time.perf_counter() - t0:.1f}s", flush=True)
 
-        spark = bench_spark("bench-source")
-        warm = {topic: {str(p): 10 for p in range(args.partitions)}}
-        spark_read(spark, bootstrap, topic, warm)  # starts the Python workers
+        # The JVM baseline first, in its own process, so the two Spark JVMs never overlap.
+        jvm: list[float] = []
+        versions = "skipped"
+        if not args.skip_jvm:
+            jvm, versions = jvm_source(bootstrap, topic, args.rows, args.repeat)
+            print(_summary("spark kafka source", jvm), flush=True)
 
+        raw: list[float] = []
+        raw_consume(bootstrap, topic, args.partitions)  # warm-up
+        for i in range(args.repeat):
+            n, seconds = raw_consume(bootstrap, topic, args.partitions)
+            if n != args.rows:
+                raise SystemExit(f"raw consumer read {n} records, expected {args.rows}")
+            raw.append(args.rows / seconds)
+            print(f"raw consumer run {i}: {raw[-1]:,.0f} rows/s", flush=True)
+
+        spark = bench_spark("bench-source")
         jvm_pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
         ours: list[float] = []
-        raw: list[float] = []
         with WorkerMemory(jvm_pid) as mem:
+            spark_read(spark, bootstrap, topic, None)  # full-size warm-up
+            mem.sample()
+            mem.reset()
             for i in range(args.repeat):
-                n, seconds = raw_consume(bootstrap, topic, args.partitions)
-                if n != args.rows:
-                    raise SystemExit(f"raw consumer read {n} records, expected {args.rows}")
-                raw.append(args.rows / seconds)
-                print(f"raw consumer run {i}: {raw[-1]:,.0f} rows/s", flush=True)
                 seconds = spark_read(spark, bootstrap, topic, None)
                 ours.append(args.rows / seconds)
                 print(f"spark eo_kafka run {i}: {ours[-1]:,.0f} rows/s", flush=True)
+            mem.sample()
+            rss_mb = mem.peak_kb / 1024
+            rss_big_mb = None
+            if rss_rows:
+                big = f"bench-source-rss-{uuid.uuid4().hex[:8]}"
+                create_topic(bootstrap, big, args.partitions)
+                produce(bootstrap, big, rss_rows, args.partitions, args.value_bytes)
+                mem.reset()
+                seconds = spark_read(spark, bootstrap, big, None)
+                mem.sample()
+                rss_big_mb = mem.peak_kb / 1024
+                print(f"spark eo_kafka {rss_rows} records: {rss_rows / seconds:,.0f} rows/s, "
+                      f"peak worker RSS {rss_big_mb:.1f} MB", flush=True)
+            profile = None
+            if args.profile:
+                profile = profile_read(spark, mem, bootstrap, topic, args.profile)
+                print(f"profile (% of Python worker samples while reading): {profile}",
+                      flush=True)
         count = spark.read.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap) \
             .option("subscribe", topic).load().count()
         if count != args.rows:
             raise SystemExit(f"eo_kafka read {count} records, expected {args.rows}")
         spark.stop()
         best_ours, best_raw = max(ours), max(raw)
-        result = {
+        result: dict[str, Any] = {
             "bench": "source_throughput",
             "rows": args.rows,
             "eo_kafka_rows_per_s": round(best_ours),
+            "eo_kafka_lowest_rows_per_s": round(min(ours)),
             "raw_consumer_rows_per_s": round(best_raw),
+            "raw_consumer_lowest_rows_per_s": round(min(raw)),
             "ratio_raw_consumer": round(best_ours / best_raw, 3),
-            "peak_worker_rss_mb": round(mem.peak_kb / 1024, 1),
+        }
+        if jvm:
+            result.update({
+                "spark_kafka_source_rows_per_s": round(max(jvm)),
+                "spark_kafka_source_lowest_rows_per_s": round(min(jvm)),
+                "ratio_spark_kafka_source": round(best_ours / max(jvm), 3),
+                "ratio_spark_kafka_source_lowest": round(min(ours) / max(jvm), 3),
+                "spark_versions": versions,
+            })
+        result.update({
+            "peak_worker_rss_mb": round(rss_mb, 1),
+            "rss_rows": rss_rows,
+            "peak_worker_rss_mb_rss_rows": None if rss_big_mb is None else round(rss_big_mb, 1),
+            "broker": "env" if broker is None else f"Apache Kafka {broker.version}",
             "partitions": args.partitions,
             "value_bytes": args.value_bytes,
             "spark_cores": 2,
             "runs": args.repeat,
-        }
-        print(f"Python worker peak RSS: {result['peak_worker_rss_mb']} MB")
-        print(f"ratio eo_kafka / raw consumer: {result['ratio_raw_consumer']}")
+        })
+        if profile is not None:
+            result["profile_pct"] = profile
+        print(_summary("eo_kafka", ours))
+        print(_summary("raw consumer", raw))
+        print(f"Python worker peak RSS: {rss_mb:.1f} MB ({args.rows} records), "
+              f"{result['peak_worker_rss_mb_rss_rows']} MB ({rss_rows} records)")
         print("RESULT " + json.dumps(result), flush=True)
     finally:
         if broker is not None:

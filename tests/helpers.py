@@ -256,3 +256,60 @@ class FakeClusters:
 
     def close(self) -> None:
         pass
+
+
+# confluent-kafka's Message constructor leaves a Python error set when timestamp, latency
+# or delivery_count is missing (it surfaces later as a SystemError), so the fake always passes them.
+_EVENT: dict[str, Any] = {"timestamp": (0, -1), "latency": 0.0, "leader_epoch": 0,
+                          "delivery_count": 0}
+
+
+class FakeConsumer:
+    """A stand-in for a confluent-kafka ``Consumer`` of one partition (no broker), for the
+    range reader: the log is ``{offset: value}`` (gaps are markers or compacted records),
+    ``high`` the end of the log; ``consume`` returns records from the assigned position
+    and a partition-EOF event at ``high``, as librdkafka does. Records every ``consume``
+    ask in ``asks``."""
+
+    def __init__(self, topic: str, log: dict[int, bytes], high: int, low: int = 0) -> None:
+        self.topic, self.log, self.high, self.low = topic, dict(log), high, low
+        self.position: int | None = None
+        self.asks: list[int] = []
+        self._eof_sent = False
+
+    def assign(self, tps: list[Any]) -> None:
+        self.position = tps[0].offset
+        self._eof_sent = False
+
+    def unassign(self) -> None:
+        self.position = None
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        from confluent_kafka import KafkaError, Message
+
+        self.asks.append(num_messages)
+        if self.position is None:
+            return []
+        if self.position < self.low:
+            return [Message(topic=self.topic, partition=0, offset=self.position,
+                            error=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE), **_EVENT)]
+        out: list[Any] = []
+        while len(out) < num_messages and self.position < self.high:
+            off = self.position
+            self.position += 1
+            if off in self.log:
+                out.append(Message(topic=self.topic, partition=0, offset=off, key=None,
+                                   value=self.log[off], timestamp=(1, 1_700_000_000_000 + off),
+                                   latency=0.0, leader_epoch=0, delivery_count=0))
+        if len(out) < num_messages and self.position >= self.high and not self._eof_sent:
+            self._eof_sent = True
+            out.append(Message(topic=self.topic, partition=0, offset=self.high,
+                               error=KafkaError(KafkaError._PARTITION_EOF), **_EVENT))
+        return out
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False
+                              ) -> tuple[int, int]:
+        return self.low, self.high
+
+    def close(self) -> None:
+        pass

@@ -12,7 +12,10 @@ does not pay consumer start-up (and a metadata round trip) for every partition.
 from __future__ import annotations
 
 import bisect
+import gc
+import itertools
 import logging
+import operator
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 # Per Python worker: config -> Consumer. Spark reuses Python workers across tasks
 # (spark.python.worker.reuse, on by default), so consumers outlive one task.
@@ -141,83 +145,144 @@ def _read(
     poll_timeout_s: float,
     batch_records: int,
 ) -> Iterator[pa.RecordBatch]:
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    topic, partition, end = r.topic, r.partition, r.end
-    position = r.start
-    consumer.assign([TopicPartition(topic, partition, position)])
-    schema = arrow_schema(include_headers, cluster is not None)
-    last_wanted = end - 1
-    deadline = time.monotonic() + poll_timeout_s
-    eof_codes = (KafkaError._PARTITION_EOF,)
-    reset_codes = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+    reader = _RangeReader(consumer, r, include_headers, cluster, fail_on_data_loss,
+                          poll_timeout_s, batch_records)
+    consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
     try:
-        while True:
-            msgs = consumer.consume(batch_records, 1.0)
-            if not msgs:
-                # Brokers differ on a fetch outside the log: Kafka answers
-                # OFFSET_OUT_OF_RANGE (handled below), others just return nothing. So a
-                # stall checks the watermarks itself.
-                jump = _stalled(consumer, r, position, fail_on_data_loss, poll_timeout_s)
-                if jump is not None:
-                    position = jump
-                    if position >= end:
-                        return
-                    consumer.assign([TopicPartition(topic, partition, position)])
-                    continue
-                if time.monotonic() > deadline:
-                    raise KafkaSourceError(
-                        f"eo_kafka: reading {r.describe()} made no progress for "
-                        f"{poll_timeout_s:.0f}s (at offset {position}); the broker is "
-                        "unreachable or an open transaction holds the last stable offset "
-                        "(kafkaConsumer.pollTimeoutMs sets this limit)"
-                    )
-                continue
-            good = [m for m in msgs if m.error() is None]
-            done = False
-            if len(good) != len(msgs):
-                for m in msgs:
-                    err = m.error()
-                    if err is None:
-                        continue
-                    code = err.code()
-                    if code in eof_codes:
-                        if m.offset() >= end:
-                            done = True
-                    elif code in reset_codes:
-                        position = _out_of_range(
-                            consumer, r, position, err, fail_on_data_loss, poll_timeout_s
-                        )
-                        if position >= end:
-                            return
-                        consumer.assign([TopicPartition(topic, partition, position)])
-                        good = []
-                        break
-                    elif err.fatal() or not err.retriable():
-                        raise KafkaSourceError(
-                            f"eo_kafka: reading {r.describe()} at offset {position}: {err}"
-                        )
-                    else:
-                        log.debug("eo_kafka: transient error on %s: %s", r.describe(), err)
-            if good:
-                offsets = [m.offset() for m in good]
-                if offsets[-1] >= last_wanted:
-                    done = True
-                    if offsets[-1] >= end:
-                        cut = bisect.bisect_left(offsets, end)
-                        good, offsets = good[:cut], offsets[:cut]
-                if good:
-                    position = offsets[-1] + 1
-                    yield _to_batch(good, offsets, topic, partition, cluster, schema)
-                deadline = time.monotonic() + poll_timeout_s
-            if done:
-                return
+        while not reader.done:
+            # The cyclic GC off while one consume() list is turned into a batch: every
+            # Message is a GC-tracked object, so tens of thousands of them per call would
+            # run generation-0 collections (and promote into full ones) that find nothing
+            # to free. It is on again before the batch leaves, so Spark's code and ours
+            # between batches collect as usual.
+            gc_was_on = gc.isenabled()
+            gc.disable()
+            try:
+                batch = reader.step()
+            finally:
+                if gc_was_on:
+                    gc.enable()
+            if batch is not None:
+                yield batch
     finally:
         # Stop fetching this partition: the next range may be another one.
         try:
             consumer.unassign()
         except Exception:  # noqa: BLE001, S110 - the consumer is dropped on error anyway
             pass
+
+
+class _RangeReader:
+    """The state of one range read: the position, the deadline, whether it is done.
+
+    :meth:`step` makes one ``consume()`` call and returns at most one batch; the caller
+    loops until :attr:`done`."""
+
+    def __init__(
+        self,
+        consumer: Any,
+        r: OffsetRange,
+        include_headers: bool,
+        cluster: str | None,
+        fail_on_data_loss: bool,
+        poll_timeout_s: float,
+        batch_records: int,
+    ) -> None:
+        from confluent_kafka import KafkaError
+
+        self.consumer, self.r, self.cluster = consumer, r, cluster
+        self.fail_on_data_loss, self.poll_timeout_s = fail_on_data_loss, poll_timeout_s
+        self.batch_records = batch_records
+        self.schema = arrow_schema(include_headers, cluster is not None)
+        self.position = r.start
+        self.done = False
+        self.deadline = time.monotonic() + poll_timeout_s
+        self.eof_code = KafkaError._PARTITION_EOF
+        self.reset_codes = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+
+    def _seek(self, position: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.position = position
+        if position >= self.r.end:
+            self.done = True
+        else:
+            self.consumer.assign([TopicPartition(self.r.topic, self.r.partition, position)])
+
+    def step(self) -> pa.RecordBatch | None:
+        from confluent_kafka import Message
+
+        r, end = self.r, self.r.end
+        # Ask for no more than the range still holds: records past ``end`` are the next
+        # window's, and a smaller ask returns as soon as the range is complete. (Gaps from
+        # markers or compaction make the ask too large by a little; the cut below drops
+        # what lies past ``end``, and the partition EOF ends a range that ends in a gap.)
+        want = max(1, min(self.batch_records, end - self.position))
+        msgs = self.consumer.consume(want, 1.0)
+        if not msgs:
+            self._no_records()
+            return None
+        errors = list(map(Message.error, msgs))
+        # Identity, not ``errors.count(None)``: KafkaError's == raises on None.
+        if any(map(operator.is_not, errors, itertools.repeat(None, len(errors)))):
+            msgs = self._errors(msgs, errors)
+            if not msgs:
+                return None
+        # Records (no error) always carry an offset; the stubs allow None for events.
+        offsets: list[int] = list(map(Message.offset, msgs))  # type: ignore[arg-type]
+        if offsets[-1] >= end - 1:
+            self.done = True
+            if offsets[-1] >= end:
+                cut = bisect.bisect_left(offsets, end)
+                msgs, offsets = msgs[:cut], offsets[:cut]
+                if not msgs:
+                    return None
+        self.position = offsets[-1] + 1
+        self.deadline = time.monotonic() + self.poll_timeout_s
+        return _to_batch(msgs, offsets, r.topic, r.partition, self.cluster, self.schema)
+
+    def _no_records(self) -> None:
+        # Brokers differ on a fetch outside the log: Kafka answers OFFSET_OUT_OF_RANGE
+        # (handled in _errors), others just return nothing. So a stall checks the
+        # watermarks itself.
+        jump = _stalled(self.consumer, self.r, self.position, self.fail_on_data_loss,
+                        self.poll_timeout_s)
+        if jump is not None:
+            self._seek(jump)
+            return
+        if time.monotonic() > self.deadline:
+            raise KafkaSourceError(
+                f"eo_kafka: reading {self.r.describe()} made no progress for "
+                f"{self.poll_timeout_s:.0f}s (at offset {self.position}); the broker is "
+                "unreachable or an open transaction holds the last stable offset "
+                "(kafkaConsumer.pollTimeoutMs sets this limit)"
+            )
+
+    def _errors(self, msgs: list[Any], errors: list[Any]) -> list[Any]:
+        """The slow path of a consume() list with error events: EOF, out of range, or a
+        failure; returns the records to keep."""
+        good = []
+        for m, err in zip(msgs, errors, strict=True):
+            if err is None:
+                good.append(m)
+                continue
+            code = err.code()
+            if code == self.eof_code:
+                if m.offset() >= self.r.end:
+                    self.done = True
+            elif code in self.reset_codes:
+                self._seek(_out_of_range(self.consumer, self.r, self.position, err,
+                                         self.fail_on_data_loss, self.poll_timeout_s))
+                return []
+            elif err.fatal() or not err.retriable():
+                raise KafkaSourceError(
+                    f"eo_kafka: reading {self.r.describe()} at offset {self.position}: {err}"
+                )
+            else:
+                log.debug("eo_kafka: transient error on %s: %s", self.r.describe(), err)
+        return good
 
 
 def _stalled(
@@ -274,18 +339,27 @@ def _to_batch(
     schema: pa.Schema,
 ) -> pa.RecordBatch:
     """Messages -> one batch in ``schema`` (``arrow_schema``: headers when it has them)."""
-    # One list comprehension per column: the per-message Python work is the whole cost.
+    from confluent_kafka import Message
+
+    # ``map`` over the C-level Message methods: one C loop per column, no Python frame
+    # per record; constant columns are repeated, not built.
     n = len(msgs)
-    stamps = [m.timestamp() for m in msgs]
-    ts = pa.array([s[1] for s in stamps], pa.int64())
+    keys = list(map(Message.key, msgs))
+    pairs = list(map(Message.timestamp, msgs))  # (type, milliseconds)
+    stamp_types = list(map(_FIRST, pairs))
+    first_type = stamp_types[0]
     columns: list[pa.Array] = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
+        pa.array(list(map(Message.value, msgs)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),  # type: ignore[attr-defined]
         pa.repeat(pa.scalar(partition, pa.int32()), n),  # type: ignore[attr-defined]
         pa.array(offsets, pa.int64()),
-        pc.multiply(ts, 1000).cast(TIMESTAMP_TYPE),
-        pa.array([s[0] - 1 for s in stamps], pa.int32()),
+        # librdkafka: milliseconds; Arrow/Spark: microseconds (one vectorised multiply).
+        pc.multiply(pa.array(list(map(_SECOND, pairs)), pa.int64()), 1000).cast(TIMESTAMP_TYPE),
+        # librdkafka's type (1 create time, 2 log append time, 0 none) minus 1 is Spark's.
+        (pa.repeat(pa.scalar(first_type - 1, pa.int32()), n)  # type: ignore[attr-defined]
+         if stamp_types.count(first_type) == n
+         else pa.array([t - 1 for t in stamp_types], pa.int32())),
     ]
     if schema.get_field_index("headers") >= 0:
         columns.append(pa.array([_headers(m.headers()) for m in msgs], HEADERS_TYPE))

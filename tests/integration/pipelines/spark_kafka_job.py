@@ -14,6 +14,10 @@ argument names a JSON spec file:
   Kafka sink benchmark's baseline (bench/kafka_sink_throughput.py). A cached DataFrame of
   ``rows`` values shaped like the benchmark's, written once untimed to ``topics[0]`` (the
   warm-up), then once to each further topic; result ``rows_per_s`` per timed write.
+- ``{"action": "bench_read", "bootstrap", "topic", "rows", "repeat"}``: the source benchmark's
+  JVM baseline (bench/source_throughput.py): one full-size warm-up, then ``repeat`` timed
+  ``spark.read.format("kafka")`` reads of the whole topic into the ``noop`` sink; result
+  ``rows_per_s`` (one per timed run) and ``count`` (rows Spark read, checked once).
 
 Binary values travel as base64 (null stays null); headers as ``[[key, value], ...]`` or
 null. Common keys: ``jars`` (``spark.jars``), ``out`` (where the JSON result goes),
@@ -92,6 +96,28 @@ def bench_write(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"rows_per_s": rates}
 
 
+def bench_read(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    def load() -> Any:
+        return (spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", spec["bootstrap"])
+                .option("subscribe", spec["topic"])
+                .option("startingOffsets", "earliest")
+                .option("endingOffsets", "latest")
+                .load())
+
+    count = load().count()
+    load().write.format("noop").mode("overwrite").save()  # the full-size warm-up
+    rates = []
+    for _ in range(int(spec.get("repeat", 3))):
+        started = time.perf_counter()
+        load().write.format("noop").mode("overwrite").save()
+        rates.append(spec["rows"] / (time.perf_counter() - started))
+        print(f"spark_kafka_job bench_read: {rates[-1]:,.0f} rows/s", flush=True)
+    return {"rows_per_s": rates, "count": count}
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
@@ -104,8 +130,9 @@ def main(argv: list[str]) -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
         .config("spark.jars", ",".join(spec["jars"]))
+        # the benchmarks' settings (bench/_common.py bench_spark)
+        .config("spark.driver.memory", spec.get("driver_memory", "1g"))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
@@ -113,14 +140,16 @@ def main(argv: list[str]) -> int:
         if spec.get("expect_spark") and spark.version != spec["expect_spark"]:
             raise SystemExit(f"this JVM runs Spark {spark.version}, the connector is for "
                              f"{spec['expect_spark']}: refusing to mix versions")
-        actions = {"read": read, "write": write, "bench_write": bench_write}
+        actions = {"read": read, "write": write, "bench_write": bench_write,
+                   "bench_read": bench_read}
         result = actions[spec["action"]](spark, spec)
         result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
     finally:
         spark.stop()
     with open(spec["out"], "w") as f:
         json.dump(result, f)
-    print(f"spark_kafka_job {spec['action']}: Spark {result['spark_version']}", flush=True)
+    print(f"spark_kafka_job {spec['action']}: Spark {result['spark_version']}, "
+          f"pyspark {result['pyspark_version']}", flush=True)
     return 0
 
 
