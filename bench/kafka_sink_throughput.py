@@ -214,7 +214,7 @@ def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
     record: (a) a commit record in a side topic, checked with a read_committed read from a
     known offset; (b) a group offset via send_offsets_to_transaction, checked with one stable
     offset fetch. Per-transaction time (produce + fact + commit) and check time, medians."""
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     from connectors.kafka import producers
 
@@ -223,13 +223,13 @@ def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
     create_topic(bootstrap, data, 1)
     create_topic(bootstrap, side, 1)
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
-    admin = producers.admin({"bootstrap.servers": bootstrap})
     out: dict[str, float] = {}
     for design in ("side_topic", "group_offset"):
         producer = Producer({**conf, "transactional.id": f"bench-{design}-{uuid.uuid4().hex}"})
         producer.init_transactions(30)
         group = f"bench-fact-{uuid.uuid4().hex[:8]}"
-        meta = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        meta = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed"})
         txn, check = [], []
         for b in range(rounds):
             started = time.perf_counter()
@@ -256,11 +256,8 @@ def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
                         raise SystemExit("side-topic fact not found")
                     found = m.error() is None and m.value() == b"fact"
                 reader.close()
-            else:
-                fut = admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group, [TopicPartition(data, 0)])],
-                    require_stable=True)[group]
-                if fut.result().topic_partitions[0].offset != b:
+            else:  # a read_committed consumer's committed() asks with require_stable
+                if meta.committed([TopicPartition(data, 0)], timeout=30)[0].offset != b:
                     raise SystemExit("group-offset fact not found")
             check.append((time.perf_counter() - started) * 1000)
         meta.close()

@@ -11,8 +11,9 @@ consumer-group offset, sent with ``send_offsets_to_transaction``:
 - metadata: a small JSON with the attempt's counts (rows, per-partition counts), which a
   retry reports instead of writing again.
 
-A retry reads the fact back with one stable offset fetch (``require_stable``: the broker
-answers only once no transaction holding an offset of that group is pending; the retry's
+A retry reads the fact back with one stable offset fetch (a ``read_committed`` consumer's
+``committed()``, which librdkafka sends with ``require_stable``: the broker answers only
+once no transaction holding an offset of that group is pending; the retry's
 ``init_transactions`` has just completed or aborted the only one that could be). Offset B
 means "batch B of this writer committed"; anything else means it did not.
 """
@@ -73,38 +74,18 @@ class CommitFact:
 
 def read_fact(conf: Any, sink_id: str, writer: int, topics: list[str], batch_id: int,
               timeout: float) -> CommitFact | None:
-    """The fact of (batch_id, writer) when its transaction committed, else None.
-
-    One OffsetFetch (require_stable) to the group's coordinator; transient errors (a
-    coordinator loading or moving, an offset still unstable) are asked again for up to
-    ``timeout`` seconds."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-
-    topic, partition = fact_partition(topics)
-    group = group_id(sink_id, writer)
-    admin = producers.admin(conf)
-
-    def fetch() -> Any:
-        futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition)])],
-            require_stable=True, request_timeout=30)
-        result = futures[group].result()
-        for tp in result.topic_partitions or []:
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-            return tp
-        return None
-
-    tp = retrying(fetch, what=f"{FAMILY} {sink_id}: commit fact of writer {writer} "
-                              f"(group {group!r})",
-                  error=KafkaSinkError, timeout=timeout)
-    if tp is None or tp.offset != batch_id:
-        return None
-    return CommitFact.decode(batch_id, tp.metadata)
+    """The fact of (batch_id, writer) when its transaction committed, else None (a
+    one-off :class:`FactWriter`)."""
+    facts = FactWriter(conf, sink_id, writer)
+    try:
+        return facts.read(topics, batch_id, timeout)
+    finally:
+        facts.close()
 
 
 class FactWriter:
-    """Adds the commit fact to the open transaction of a producer."""
+    """Reads a writer's commit fact, and adds the next one to the open transaction of a
+    producer. One per task attempt (a consumer that never joins the group)."""
 
     def __init__(self, conf: Any, sink_id: str, writer: int) -> None:
         from confluent_kafka import Consumer
@@ -112,10 +93,34 @@ class FactWriter:
         self.group = group_id(sink_id, writer)
         consumer_conf = producers.consumer_config(conf, sink_id, "read_committed")
         consumer_conf["group.id"] = self.group
-        # Never joins the group: it only lends send_offsets_to_transaction the group's
-        # metadata (generation -1, no member id), which the broker accepts for a group
-        # without members.
+        # Never joins the group: it fetches the group's committed offset (read_committed
+        # makes librdkafka ask with require_stable) and lends send_offsets_to_transaction
+        # the group's metadata (generation -1, no member id), which the broker accepts for
+        # a group without members.
         self._consumer = Consumer(consumer_conf)
+        self._sink_id, self._writer = sink_id, writer
+
+    def read(self, topics: list[str], batch_id: int, timeout: float) -> CommitFact | None:
+        """One OffsetFetch (require_stable) to the group's coordinator; transient errors (a
+        coordinator loading or moving, an offset still unstable) are asked again for up to
+        ``timeout`` seconds."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        topic, partition = fact_partition(topics)
+
+        def fetch() -> Any:
+            for tp in self._consumer.committed([TopicPartition(topic, partition)], timeout=30):
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+                return tp
+            return None
+
+        tp = retrying(fetch, what=f"{FAMILY} {self._sink_id}: commit fact of writer "
+                                  f"{self._writer} (group {self.group!r})",
+                      error=KafkaSinkError, timeout=timeout)
+        if tp is None or tp.offset != batch_id:
+            return None
+        return CommitFact.decode(batch_id, tp.metadata)
 
     def send(self, producer: Any, topics: list[str], fact: CommitFact, timeout: float) -> None:
         from confluent_kafka import TopicPartition

@@ -430,8 +430,8 @@ class TransactionalWriter(KafkaWriter):
         b, w = self.task.batch_id, self.task.writer_id
         self.topics = list(rows.topics)
         began = time.perf_counter()
-        fact = txnfacts.read_fact(self.options.producer_conf, self.sink_id, w, self.topics, b,
-                                  self.options.metadata_retry_timeout)
+        self.facts = txnfacts.FactWriter(self.options.producer_conf, self.sink_id, w)
+        fact = self.facts.read(self.topics, b, self.options.metadata_retry_timeout)
         report = self.report
         report.scan_seconds = time.perf_counter() - began
         report.retry = self.task.attempt > 0 or fact is not None
@@ -452,8 +452,8 @@ class TransactionalWriter(KafkaWriter):
         began = time.perf_counter()
         timeout = self.options.flush_timeout
         fact = txnfacts.CommitFact(self.task.batch_id, report.produced, report.partitions)
-        self.facts = txnfacts.FactWriter(self.options.producer_conf, self.sink_id,
-                                         self.task.writer_id)
+        if self.facts is None:
+            raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         self.facts.send(slot.producer, self.topics, fact, timeout)
         slot.producer.commit_transaction(timeout)
         report.commit_seconds = time.perf_counter() - began

@@ -74,7 +74,9 @@ def test_spark_jvm_source_reads_each_sink_row_once_after_a_replay(
         return _available_now(
             out, chk, **{"kafka.bootstrap.servers": bootstrap, "topic": dst,
                          "sink_id": sink_id, "walPath": wal,
-                         "transactional": str(transactional).lower()})
+                         "transactional": str(transactional).lower(),
+                         # transactional: ask for the eo-rk header (off by default there)
+                         "recoveryKeyHeaders": str(transactional).lower()})
 
     first = run()
     assert [(p["batchId"], p["numInputRows"]) for p in first.recentProgress] == [
@@ -101,8 +103,8 @@ def test_spark_jvm_source_reads_each_sink_row_once_after_a_replay(
     assert_exact([(p, o, k, v) for k, v, p, o, _ in rows],
                  [(m.partition(), m.offset(), m.key(), m.value()) for m in ours],
                  "Spark JVM source vs confluent-kafka")
-    # Java's client reads the recovery keys: every record is traced to its batch. (Both
-    # modes write them; docs/kafka-sink.md: "recovery keys still dedupe across attempts".)
+    # Java's client reads the recovery keys: every record is traced to its batch (the
+    # recovery-key mode always writes them, the transactional one on recoveryKeyHeaders).
     batches = set()
     for _k, _v, _p, _o, headers in rows:
         assert headers is not None and [h for h, _ in headers] == [recovery.HEADER]

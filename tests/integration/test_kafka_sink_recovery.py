@@ -120,7 +120,7 @@ def test_spark_task_retry_after_half_the_rows_writes_no_duplicates(
         timeout=300,
     )
     assert result.returncode == 0, result.output[-5000:]
-    assert sorted(p.name for p in once.iterdir()) == armed, "injected failures did not fire"
+    assert sorted(p.name for p in once.iterdir()) == sorted(armed), "failures did not fire"
     commits = [json.loads(line.split(" ", 1)[1]) for line in result.output.splitlines()
                if line.startswith("COMMIT ")]
     assert len(commits) == 3
