@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
-from connectors.core.options import OptionReader, RedactedDict
+from connectors.core.options import OptionReader, RedactedDict, check_sink_id
 from connectors.kafka import recovery
 from connectors.kafka.offsets import (
     TP,
@@ -77,7 +77,7 @@ class KafkaSinkOptions:
                 "the sink's commit log and started markers, stable across restarts",
                 option="walPath",
             )
-        sink_id = str(sink_id).strip()
+        sink_id = check_sink_id(FAMILY, str(sink_id).strip())
         recovery.key_prefix(sink_id, 0, 0)  # validates the sink id's length
         return cls(
             sink_id=sink_id,
@@ -307,6 +307,7 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
+        retry_timeout = _retry_timeout(r)
         r.warn_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
@@ -323,7 +324,7 @@ class KafkaSourceOptions:
             group_id=group_id,
             wal_path=wal_path,
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
-            metadata_retry_timeout=_retry_timeout(r),
+            metadata_retry_timeout=retry_timeout,
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,
