@@ -295,9 +295,11 @@ class KafkaSourceOptions:
         include_headers = r.boolean("includeHeaders", False)
         wal_path = r.string("walPath")
         if wal_path is not None:
-            from connectors.core.storage import storage_for
+            from connectors.core.storage import require_directory, storage_for
 
             storage_for(wal_path)  # refuses object stores and bad URLs now, not mid-query
+            if "://" not in wal_path or wal_path.startswith("file:"):
+                require_directory(wal_path, "eo_kafka", "walPath")  # local: no network
         group_id = _group_id(r, top_kafka, clusters, wal_path)
         poll_ms = r.integer("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
         strategy = r.choice(

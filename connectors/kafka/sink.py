@@ -22,7 +22,7 @@ import pyarrow as pa
 from connectors.core import failpoints
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.core.storage import storage_for
+from connectors.core.storage import require_directory, storage_for
 from connectors.kafka import recovery
 from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import (  # noqa: F401 - public names of this module
@@ -152,6 +152,7 @@ class KafkaSink(BatchSink):
         check_columns(schema, self.topic)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
         if not self._identity_checked:
+            require_directory(self.wal_path, FAMILY, "walPath")
             state = self._state()
             state.check_owner(FAMILY, self.sink_id)
             state.claim(self.sink_id)
