@@ -144,7 +144,9 @@ class SinkState:
         differ here: a path written without a sink_id is not any named sink's."""
         if self._owner_path is not None:
             owner = self.owner()
-            return owner.sink_id if owner is not None and owner.sink_id != sink_id else False
+            if owner is not None:
+                return owner.sink_id if owner.sink_id != sink_id else False
+            # No owner record (a WAL from before owner records): the newest commit says.
         last = self.log.last_committed()
         if last is None:
             return False

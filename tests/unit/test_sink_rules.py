@@ -174,3 +174,12 @@ def test_jdbc_new_checkpoint_is_refused_until_reset(tmp_path, capsys):
     for b in range(3):
         sink.commit(b, [sink.stage(TaskInfo(b, 0), iter([ids(40 + b * 10, 50 + b * 10)]))])
     assert_exact(rows(), range(70))
+
+
+def test_kafka_wal_without_owner_record_is_owned_by_its_newest_commit(tmp_path):
+    wal = str(tmp_path / "wal")
+    state = recovery.sink_state(*storage_for(wal))
+    state.record_commit(0, "a", 1)  # a WAL written before owner records existed
+    with pytest.raises(SinkOwnershipError, match="belongs to sink_id 'a', not 'b'"):
+        kafka("b", wal).admit(0)
+    assert kafka("a", wal).admit(0) is False
