@@ -79,6 +79,10 @@ class Clusters:
                 what=f"eo_kafka: listing the topics of cluster {c.name or c.bootstrap}",
                 error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
             )
+            named = set(c.subscribe) | {t for t, _ in c.assign}
+            missing = sorted(t for t in named if t not in md.topics
+                             or md.topics[t].error is not None)
+            self._warn_missing(c, missing)
             if c.assign:
                 for t, p in c.assign:
                     meta = md.topics.get(t)
@@ -92,6 +96,17 @@ class Clusters:
                     for p in meta.partitions:
                         out[(c.name, topic, p)] = None
         return dict.fromkeys(sorted(out))
+
+    def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:
+        """A subscribed topic that does not exist yields 0 rows: say so, once per topic
+        (it is read from its first offset as soon as it appears)."""
+        warned: set[tuple[str, str]] = self.__dict__.setdefault("_missing_warned", set())
+        for t in missing:
+            if (c.name, t) not in warned:
+                warned.add((c.name, t))
+                log.warning("eo_kafka: topic %r does not exist on %s; it yields no rows until "
+                            "it is created (check the name in subscribe/assign)", t,
+                            c.name or c.bootstrap)
 
     def _list_offsets(self, tps: list[TP], spec_for: Any) -> Offsets:
         from confluent_kafka import IsolationLevel, TopicPartition

@@ -183,3 +183,20 @@ def test_kafka_wal_without_owner_record_is_owned_by_its_newest_commit(tmp_path):
     with pytest.raises(SinkOwnershipError, match="belongs to sink_id 'a', not 'b'"):
         kafka("b", wal).admit(0)
     assert kafka("a", wal).admit(0) is False
+
+
+def test_source_warns_once_about_a_subscribed_topic_that_does_not_exist(caplog):
+    from types import SimpleNamespace
+
+    from connectors.kafka.clusters import Clusters
+    from connectors.kafka.options import KafkaSourceOptions
+
+    opts = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "h:1",
+                                            "subscribe": "here,gone"})
+    md = SimpleNamespace(topics={"here": SimpleNamespace(error=None, partitions={0: None})})
+    clusters = Clusters(opts)
+    clusters._admins[opts.clusters[0].name] = SimpleNamespace(list_topics=lambda timeout: md)
+    with caplog.at_level("WARNING"):
+        assert list(clusters.partitions()) == [(opts.clusters[0].name, "here", 0)]
+        clusters.partitions()
+    assert caplog.text.count("topic 'gone' does not exist") == 1
