@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -47,14 +48,24 @@ def wal_show(args: argparse.Namespace) -> int:
         raise ConnectorError(f"wal show: {args.path!r} is a file; give the walPath directory")
     kinds = [args.kind] if args.kind else [
         k for k in storage.list(root) if storage.is_dir(storage.join(root, k))
+        and k != "started"  # the Kafka sink's task markers: not a log
     ]
+    names = storage.list(root)
+    if not kinds and any(n.endswith((".json", ".commit")) for n in names):
+        # the path is a log directory itself (<walPath>/source): show that log
+        kinds, root = [posixpath.basename(root.rstrip("/"))], posixpath.dirname(root.rstrip("/"))
+    if not kinds:
+        raise ConnectorError(f"wal show: {args.path!r} holds no log directories (source/, "
+                             "commits/, _eo_log/); give a walPath or an eo_files output path")
     doc: dict[str, Any] = {"path": args.path, "logs": {}}
     lines = [f"WAL {args.path}"]
     for kind in kinds:
         wal = WriteAheadLog(storage, root, kind)
         committed = set(wal.committed_seqs())
         entries: list[dict[str, Any]] = []
-        for seq in wal.seqs()[-args.last:] if args.last else wal.seqs():
+        # A sink's commit log holds commit markers only (no records): list those too.
+        seqs = sorted(set(wal.seqs()) | committed)
+        for seq in seqs[-args.last:] if args.last else seqs:
             record = wal.get(seq) or {}
             entries.append({"seq": seq, "committed": seq in committed, "record": record})
         doc["logs"][kind] = {"last_committed": wal.last_committed(), "entries": entries}
