@@ -228,6 +228,8 @@ class KafkaSourceOptions:
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     timestamp_strategy: str = "error"
     arrow_batch_records: int = 20000
+    #: ``connectTimeout``: the bound on the first request to each cluster
+    connect_timeout_s: float = 30.0
     #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
     window: int | None = None
 
@@ -310,6 +312,7 @@ class KafkaSourceOptions:
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
         retry_timeout = _retry_timeout(r)
+        connect_timeout = r.duration("connectTimeout", 30.0, minimum=0.1)
         r.warn_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
@@ -327,6 +330,7 @@ class KafkaSourceOptions:
             wal_path=wal_path,
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
             metadata_retry_timeout=retry_timeout,
+            connect_timeout_s=float(connect_timeout or 30.0),
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,

@@ -34,6 +34,7 @@ from connectors.core.errors import (
 from connectors.core.sink import TaskInfo
 from connectors.files.sink import FileSink
 from connectors.jdbc.sink import JdbcSink
+from connectors.kafka.clusters import Clusters
 from connectors.kafka.options import KafkaSourceOptions
 from connectors.kafka.sink import KafkaSink
 from connectors.kafka.windows import KafkaWindows
@@ -335,6 +336,10 @@ CASES = [
       "maxOffsetPerTrigger", "did you mean 'maxOffsetsPerTrigger'", within=60),
     C("src-spark-load-no-subscribe", lambda e: spark_kafka_load(e, subscribe="DROP"),
       SparkFailed, "subscribe", within=30),
+    C("src-unreachable-broker", lambda e: Clusters(ksrc(e, connectTimeout="2s")).partitions(),
+      KafkaSourceError, "127.0.0.1:9", "connectTimeout", "TLS/SASL", within=6),
+    C("src-bad-connectTimeout", lambda e: ksrc(e, connectTimeout="0"), OptionError,
+      "connectTimeout", ">= 0.1"),
     # -- KafkaWindows ---------------------------------------------------------------------------
     C("win-endingOffsets", lambda e: kwin(e, endingOffsets="latest"), KafkaSourceError,
       "endingOffsets", "per window"),
@@ -509,4 +514,5 @@ def test_bad_input(case: Case, request: pytest.FixtureRequest, tmp_path: Any,
     out, err = capfd.readouterr()
     for text in (message, caplog.text, out, err):
         assert SECRET not in text
+    assert "Connect to ipv4#" not in err, "librdkafka's connection logs reached the console"
     assert snapshot(env) == env.baseline, "the failed input wrote or committed something"
