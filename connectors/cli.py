@@ -242,16 +242,21 @@ def lag(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    from connectors.kafka.clusters import LIBRDKAFKA_LOG
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG})
     try:
         futures = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(args.group)], request_timeout=args.timeout
         )
         result = futures[args.group].result(args.timeout)
     except Exception as e:
+        reason = str(e).strip() or f"{type(e).__name__}: no answer within --timeout " \
+            f"{args.timeout:g}s"
         raise ConnectorError(
             f"lag: cannot read committed offsets of group {args.group!r} from "
-            f"{args.bootstrap}: {e}"
+            f"{args.bootstrap}: {reason}. Is the broker reachable from here (host, port, "
+            "TLS/SASL settings)?"
         ) from None
     committed = [tp for tp in result.topic_partitions if tp.error is None and tp.offset >= 0]
     if args.topic:
