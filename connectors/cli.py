@@ -244,7 +244,8 @@ def lag(args: argparse.Namespace) -> int:
 
     from connectors.kafka.clusters import LIBRDKAFKA_LOG
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG})
+    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG}
+    admin = AdminClient(conf)
     try:
         futures = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(args.group)], request_timeout=args.timeout
