@@ -277,6 +277,10 @@ def lag(args: argparse.Namespace) -> int:
               f"lag {p['lag']}" for p in partitions]
     if not partitions:
         lines.append("  no committed offsets")
+    elif total:
+        lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
+                     "batch: after a finished AvailableNow/Once run, the last window shows as "
+                     "lag until the next run; see docs/kafka-source.md)")
     _emit(args, {"group": args.group, "total_lag": total, "partitions": partitions}, lines)
     return 0
 
