@@ -271,6 +271,18 @@ class JdbcSink(BatchSink):
         # than the tasks reported (step 2b, or append's INSERT row count in 2c), fails the
         # batch without touching the target, and Spark replays it. A lost staging commit is
         # a failed batch, never silent loss.
+        if self._inline_limit is None:
+            # The executor's share of the batch-order rule (the foreachBatch path admitted
+            # the batch on the driver already, and its inline tasks stay connection-free):
+            # a lower batch id fails before it stages anything.
+            def work() -> int | None:
+                with self.connect() as conn:
+                    return self.commits.last_committed(conn, self.options.sink_id)
+
+            last = self._retrying("reading the last committed batch", work)
+            if last is not None and task.batch_id < last:
+                check_batch_order(FAMILY, self.options.sink_id, task.batch_id, last,
+                                  self._where(), self._reset_command())
         return self._staging().stage(task, batches)
 
     def task_transaction(self, task: TaskInfo, write: Callable[[sa.Connection], T]) -> T:

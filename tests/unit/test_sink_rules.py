@@ -200,3 +200,15 @@ def test_source_warns_once_about_a_subscribed_topic_that_does_not_exist(caplog):
         assert list(clusters.partitions()) == [(opts.clusters[0].name, "here", 0)]
         clusters.partitions()
     assert caplog.text.count("topic 'gone' does not exist") == 1
+
+
+def test_jdbc_task_of_a_lower_batch_fails_before_staging(tmp_path):
+    db = str(tmp_path / "t.db")
+    sink = JdbcSink(f"sqlite:///{db}", "t", "j", create_table=True)
+    sink.check_schema(pa.schema([("id", pa.int64())]))
+    for b in range(3):
+        sink.commit(b, [sink.stage(TaskInfo(b, 0), iter([ids(b, b + 1)]))])
+    with pytest.raises(BatchOrderError, match="batch 1 is below"):
+        sink.stage(TaskInfo(1, 0), iter([ids(50, 60)]))
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from eo_stage_j").fetchone()[0] == 0
