@@ -212,3 +212,19 @@ def test_jdbc_task_of_a_lower_batch_fails_before_staging(tmp_path):
         sink.stage(TaskInfo(1, 0), iter([ids(50, 60)]))
     with sqlite3.connect(db) as c:
         assert c.execute("select count(*) from eo_stage_j").fetchone()[0] == 0
+
+
+def test_demo_progress_line_reads_every_sink_state(tmp_path):
+    from connectors.demo.app import sink_progress
+
+    cfg = {"files": str(tmp_path / "files"), "wal": str(tmp_path / "wal"),
+           "checkpoint": str(tmp_path / "chk")}
+    assert sink_progress(cfg) == ("eo_files 0 batches/0 rows, eo_kafka last batch -, "
+                                  "Spark committed batch -")
+    sink = FileSink(cfg["files"])
+    sink.commit(0, [sink.stage(TaskInfo(0, 0), iter([ids(0, 4)]))])
+    kafka("k", cfg["wal"] + "/kafka-sink").commit(2, [])
+    os.makedirs(os.path.join(cfg["checkpoint"], "commits"))
+    open(os.path.join(cfg["checkpoint"], "commits", "2"), "w").close()
+    assert sink_progress(cfg) == ("eo_files 1 batches/4 rows, eo_kafka last batch 2, "
+                                  "Spark committed batch 2")
