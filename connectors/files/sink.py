@@ -234,7 +234,9 @@ class FileSink(BatchSink):
         return self.state.is_committed(batch_id)
 
     def admit(self, batch_id: int) -> bool:
-        return self.state.admit("eo_files", self.sink_id, batch_id, RESET_COMMAND)
+        reset = f"eo-connectors sink reset --path {self.storage.url(self.path)}" + (
+            f" --sink-id {self.sink_id}" if self.sink_id else "")
+        return self.state.admit("eo_files", self.sink_id, batch_id, reset)
 
     def batch_offset(self) -> int:
         return self.state.batch_offset()
@@ -246,7 +248,7 @@ class FileSink(BatchSink):
         wal = state.log
         failpoints.hit("files.after_stage", batch_id)
         # 0. Ownership first: another sink's commit of this batch id is not ours to skip.
-        if not state.admit("eo_files", self.sink_id, batch_id, RESET_COMMAND):
+        if not self.admit(batch_id):
             log.info("eo_files: batch %d already committed; dropping its staged files", batch_id)
             self._cleanup(batch_id)
             return

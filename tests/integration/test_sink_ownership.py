@@ -91,7 +91,10 @@ def run(spark, src: str, checkpoint: str, fmt: str, options: dict[str, str],
         df = df.selectExpr("cast(id as string) as value")
     q = (df.writeStream.format(fmt).options(**options)
          .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    q.awaitTermination(240)
+    try:
+        q.awaitTermination(240)
+    except Exception as e:  # noqa: BLE001 - a failed query raises here; the test reads it
+        return e
     return q.exception()
 
 
