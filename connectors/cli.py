@@ -5,17 +5,22 @@ Commands:
 - ``demo``: the end-to-end exactly-once demo (see ``connectors.demo.app``).
 - ``wal show PATH``: windows/batches in a write-ahead log and whether each is committed.
 - ``sink status --url URL [--sink-id ID]``: last committed batch per JDBC sink.
+- ``sink reset --sink-id ID (--url URL | --wal-path P | --path P)``: record that the sink's
+  next query starts over (a new checkpoint: batch ids from 0), so its batches are accepted
+  instead of refused as lower than the last committed one. Run it with the query stopped.
 - ``lag --bootstrap B --group G``: per-partition lag of a consumer group (e.g. a source's).
 - ``files status PATH``: committed batches and files of an ``eo_files`` output directory.
 
 Every command takes ``--json``. Errors are one line on stderr with exit code 2; passwords in
-URLs are redacted in all output.
+URLs are redacted in all output. A status command pointed at a path or table that holds no
+state of ours says so and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -39,16 +44,28 @@ def wal_show(args: argparse.Namespace) -> int:
     storage, root = storage_for(args.path)
     if not storage.exists(root):
         raise ConnectorError(f"wal show: {args.path!r} does not exist")
+    if not storage.is_dir(root):
+        raise ConnectorError(f"wal show: {args.path!r} is a file; give the walPath directory")
     kinds = [args.kind] if args.kind else [
         k for k in storage.list(root) if storage.is_dir(storage.join(root, k))
+        and k != "started"  # the Kafka sink's task markers: not a log
     ]
+    names = storage.list(root)
+    if not kinds and any(n.endswith((".json", ".commit")) for n in names):
+        # the path is a log directory itself (<walPath>/source): show that log
+        kinds, root = [posixpath.basename(root.rstrip("/"))], posixpath.dirname(root.rstrip("/"))
+    if not kinds:
+        raise ConnectorError(f"wal show: {args.path!r} holds no log directories (source/, "
+                             "commits/, _eo_log/); give a walPath or an eo_files output path")
     doc: dict[str, Any] = {"path": args.path, "logs": {}}
     lines = [f"WAL {args.path}"]
     for kind in kinds:
         wal = WriteAheadLog(storage, root, kind)
         committed = set(wal.committed_seqs())
         entries: list[dict[str, Any]] = []
-        for seq in wal.seqs()[-args.last:] if args.last else wal.seqs():
+        # A sink's commit log holds commit markers only (no records): list those too.
+        seqs = sorted(set(wal.seqs()) | committed)
+        for seq in seqs[-args.last:] if args.last else seqs:
             record = wal.get(seq) or {}
             entries.append({"seq": seq, "committed": seq in committed, "record": record})
         doc["logs"][kind] = {"last_committed": wal.last_committed(), "entries": entries}
@@ -84,7 +101,20 @@ def sink_status(args: argparse.Namespace) -> int:
     try:
         engine = sa.create_engine(args.url)
     except Exception as e:
-        raise ConnectorError(f"sink status: cannot use URL {shown}: {type(e).__name__}") from None
+        raise ConnectorError(f"sink status: cannot use URL {shown}: {_url_problem(e)}") from None
+    try:
+        with engine.connect() as conn:
+            present = sa.inspect(conn).has_table(args.table)
+    except Exception as e:
+        engine.dispose()
+        raise ConnectorError(
+            f"sink status: cannot connect to {shown}: {redact_url(str(e).splitlines()[0])}"
+        ) from None
+    if not present:
+        engine.dispose()
+        raise ConnectorError(
+            f"sink status: {shown} has no table {args.table!r}: no eo_jdbc sink has committed "
+            "there (check --url, or --table if the sink sets metadataTable)")
     table = sa.table(args.table, sa.column("sink_id"), sa.column("batch_id"),
                      sa.column("rows"), sa.column("committed_at"))
     query = sa.select(table.c.sink_id, table.c.batch_id, table.c.rows, table.c.committed_at)
@@ -106,10 +136,105 @@ def sink_status(args: argparse.Namespace) -> int:
     lines += [f"  {s['sink_id']}: last committed batch {s['batch_id']} "
               f"({s['rows']} rows, at {s['committed_at']})" for s in sinks]
     if not sinks:
-        which = f" for sink {args.sink_id!r}" if args.sink_id else ""
-        lines.append("  no committed batches" + which)
+        which = f"sink {args.sink_id!r}" if args.sink_id else "any sink"
+        raise ConnectorError(f"sink status: table {args.table!r} at {shown} has no row for "
+                             f"{which}: no such eo_jdbc sink has run there")
+    lines = [ln.replace("last committed batch -1 ", "nothing committed yet ") for ln in lines]
     _emit(args, {"url": shown, "table": args.table, "sinks": sinks}, lines)
     return 0
+
+
+def _url_problem(e: Exception) -> str:
+    """Why SQLAlchemy refused a URL, without repeating it (it may hold a password)."""
+    if type(e).__name__ == "NoSuchModuleError":
+        return ("unknown SQLAlchemy dialect/driver; use e.g. postgresql+psycopg://, "
+                "mysql+pymysql:// or sqlite:///")
+    if type(e).__name__ == "ArgumentError":
+        return "not a SQLAlchemy URL (dialect+driver://user:password@host/db)"
+    return type(e).__name__
+
+
+# -- sink reset --------------------------------------------------------------------------------
+def sink_reset(args: argparse.Namespace) -> int:
+    given = [o for o in ("url", "wal_path", "path") if getattr(args, o)]
+    if len(given) != 1:
+        raise ConnectorError("sink reset: give exactly one of --url (eo_jdbc), --wal-path "
+                             "(eo_kafka sink) or --path (eo_files)")
+    if args.url:
+        doc = _reset_jdbc(args)
+    else:
+        doc = _reset_state(args)
+    lines = [f"sink {doc['sink_id']!r} at {doc['where']}: reset recorded; the last committed "
+             f"batch was {doc['last_committed']}. Start the query with its new checkpoint: "
+             "its batch ids from 0 are accepted."]
+    _emit(args, doc, lines)
+    return 0
+
+
+def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
+    from connectors.core.storage import storage_for
+
+    if args.wal_path:
+        from connectors.kafka.recovery import sink_state as kafka_state
+
+        family, state = "eo_kafka", kafka_state(*storage_for(args.wal_path))
+        if not args.sink_id:
+            raise ConnectorError("sink reset: --sink-id is required with --wal-path")
+    else:
+        from connectors.files.sink import sink_state as files_state
+
+        family, state = "eo_files", files_state(*storage_for(args.path))
+    if not state.storage.is_dir(state.root):
+        raise ConnectorError(f"sink reset: {state.url()} is not a directory")
+    owner = state.owner()
+    if owner is None and state.last_committed() is None:
+        raise ConnectorError(f"sink reset: {state.url()} holds no {family} sink state (no "
+                             "owner record, no commits): nothing to reset")
+    sink_id = args.sink_id if args.sink_id else (owner.sink_id if owner else None)
+    last = state.last_committed()
+    record = state.reset(family, sink_id)
+    return {"sink_id": sink_id, "where": state.url(), "last_committed": last,
+            "batch_offset": record["batch_offset"], "resets": len(record["resets"])}
+
+
+def _reset_jdbc(args: argparse.Namespace) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    from connectors.jdbc.metadata import NOTHING_COMMITTED, CommitsTable
+    from connectors.jdbc.options import parse_table_name
+
+    if not args.sink_id:
+        raise ConnectorError("sink reset: --sink-id is required with --url")
+    shown = redact_url(args.url)
+    schema, name = parse_table_name(args.table, "--table")
+    commits = CommitsTable(name, schema)
+    try:
+        engine = sa.create_engine(args.url)
+    except Exception as e:
+        raise ConnectorError(f"sink reset: cannot use URL {shown}: {_url_problem(e)}") from None
+    try:
+        with engine.begin() as conn:
+            if not sa.inspect(conn).has_table(name, schema=schema):
+                raise ConnectorError(f"sink reset: {shown} has no table {args.table!r}")
+            t = commits.table
+            row = conn.execute(sa.select(t.c.batch_id).where(t.c.sink_id == args.sink_id)
+                               .with_for_update()).first()
+            if row is None:
+                raise ConnectorError(f"sink reset: table {args.table!r} at {shown} has no "
+                                     f"row for sink {args.sink_id!r}: nothing to reset")
+            # The row stays (it is what committers lock); -1 = nothing committed since.
+            conn.execute(t.update().where(t.c.sink_id == args.sink_id)
+                         .values(batch_id=NOTHING_COMMITTED, rows=0))
+    except ConnectorError:
+        raise
+    except Exception as e:
+        raise ConnectorError(f"sink reset: cannot reset {args.sink_id!r} at {shown}: "
+                             f"{redact_url(str(e).splitlines()[0])}") from None
+    finally:
+        engine.dispose()
+    last = None if int(row[0]) < 0 else int(row[0])
+    return {"sink_id": args.sink_id, "where": f"table {args.table!r} at {shown}",
+            "last_committed": last, "batch_offset": 0, "resets": 1}
 
 
 # -- lag ---------------------------------------------------------------------------------------
@@ -117,16 +242,22 @@ def lag(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    from connectors.kafka.clusters import LIBRDKAFKA_LOG
+
+    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG}
+    admin = AdminClient(conf)
     try:
         futures = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(args.group)], request_timeout=args.timeout
         )
         result = futures[args.group].result(args.timeout)
     except Exception as e:
+        reason = str(e).strip() or f"{type(e).__name__}: no answer within --timeout " \
+            f"{args.timeout:g}s"
         raise ConnectorError(
             f"lag: cannot read committed offsets of group {args.group!r} from "
-            f"{args.bootstrap}: {e}"
+            f"{args.bootstrap}: {reason}. Is the broker reachable from here (host, port, "
+            "TLS/SASL settings)?"
         ) from None
     committed = [tp for tp in result.topic_partitions if tp.error is None and tp.offset >= 0]
     if args.topic:
@@ -146,6 +277,10 @@ def lag(args: argparse.Namespace) -> int:
               f"lag {p['lag']}" for p in partitions]
     if not partitions:
         lines.append("  no committed offsets")
+    elif total:
+        lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
+                     "batch: after a finished AvailableNow/Once run, the last window shows as "
+                     "lag until the next run; see docs/kafka-source.md)")
     _emit(args, {"group": args.group, "total_lag": total, "partitions": partitions}, lines)
     return 0
 
@@ -165,8 +300,17 @@ def watermarks(bootstrap: str, partitions: list[Any], timeout: float) -> dict[tu
 
 # -- files status ------------------------------------------------------------------------------
 def files_status(args: argparse.Namespace) -> int:
-    from connectors.files.sink import committed_batches
+    from connectors.core.storage import storage_for
+    from connectors.files.sink import LOG_DIR, committed_batches
 
+    storage, root = storage_for(args.path)
+    if not storage.exists(root):
+        raise ConnectorError(f"files status: {args.path!r} does not exist")
+    if not storage.is_dir(root):
+        raise ConnectorError(f"files status: {args.path!r} is a file, not an eo_files output")
+    if not storage.exists(storage.join(root, LOG_DIR)):
+        raise ConnectorError(f"files status: {args.path!r} has no {LOG_DIR}: no eo_files sink "
+                             "has committed there")
     batches = committed_batches(args.path)
     lines = [f"eo_files output {args.path}: {len(batches)} committed batches"]
     for b in batches[-args.last:] if args.last else batches:
@@ -207,19 +351,29 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--last", type=int, default=0, help="only the last N entries")
     w.set_defaults(func=wal_show)
 
-    sink = sub.add_parser("sink", help="JDBC sink state").add_subparsers(
+    sink = sub.add_parser("sink", help="sink state: JDBC status, reset of any sink").add_subparsers(
         dest="sink_command", required=True)
     s = with_json(sink.add_parser("status", help="last committed batch per sink"))
     s.add_argument("--url", required=True, help="SQLAlchemy URL of the target database")
     s.add_argument("--sink-id", help="only this sink")
     s.add_argument("--table", default="eo_sink_commits", help="metadata table name")
     s.set_defaults(func=sink_status)
+    r = with_json(sink.add_parser(
+        "reset", help="record a restart: the sink's next query (new checkpoint) starts at "
+        "batch 0; run it with the query stopped"))
+    r.add_argument("--sink-id", help="the sink (required for --url and --wal-path)")
+    r.add_argument("--url", help="eo_jdbc: SQLAlchemy URL of the target database")
+    r.add_argument("--table", default="eo_sink_commits", help="eo_jdbc: metadata table name")
+    r.add_argument("--wal-path", help="eo_kafka sink: its walPath")
+    r.add_argument("--path", help="eo_files: the output path")
+    r.set_defaults(func=sink_reset)
 
     lg = with_json(sub.add_parser("lag", help="per-partition lag of a consumer group"))
-    lg.add_argument("--bootstrap", required=True)
-    lg.add_argument("--group", required=True)
+    lg.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
+    lg.add_argument("--group", required=True, help="the consumer group (kafka.group.id, or "
+                    "groupIdPrefix + query of an eo_kafka source)")
     lg.add_argument("--topic", help="only this topic")
-    lg.add_argument("--timeout", type=float, default=15.0)
+    lg.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request")
     lg.set_defaults(func=lag)
 
     files = sub.add_parser("files", help="eo_files output state").add_subparsers(

@@ -50,3 +50,18 @@ class FileSinkError(ConnectorError):
 
 class FailpointError(ConnectorError):
     """Raised by a failpoint whose action is ``raise`` (tests inject task failures with it)."""
+
+
+class SinkStateError(ConnectorError):
+    """A sink's durable state (its WAL, output path or commit row) refuses this write:
+    it belongs to another sink, or the batch id went backwards."""
+
+
+class SinkOwnershipError(SinkStateError):
+    """The state at a walPath/output path belongs to another ``sink_id``: writing would
+    take that sink's committed batches for this one's and skip them."""
+
+
+class BatchOrderError(SinkStateError):
+    """A batch id below the sink's last committed one: a new checkpoint or a second writer,
+    never a replay (Spark replays only the last batch). Nothing was written."""

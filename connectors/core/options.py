@@ -8,7 +8,13 @@ an :class:`OptionReader`::
     servers = r.required("kafka.bootstrap.servers")
     max_rows = r.integer("maxOffsetsPerTrigger", None, minimum=1)
     r.exclusive("subscribe", "subscribePattern", "assign", required=True)
-    r.warn_unknown(prefixes=("kafka.",))
+    r.warn_unknown(prefixes=("kafka.",))   # raises on a typo; see below
+
+An option nobody read is an error by default (:meth:`OptionReader.warn_unknown`): a typo
+such as ``transactionl=true`` would otherwise change the guarantee without a word. The
+error names the option and the closest valid one. Spark's own options
+(:data:`SPARK_OPTIONS`) and declared prefixes (``kafka.*``) pass; the option
+``ignoreUnknownOptions=true`` turns the error back into a warning.
 
 Every error is an :class:`OptionError` that names the option with the user's spelling
 (``startingOffsets``, not ``startingoffsets``), says what was wrong and what is valid, and
@@ -17,6 +23,7 @@ never repeats the value of a secret option.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import re
@@ -32,6 +39,25 @@ _SECRET_PATTERN = re.compile(
     r"(password|passwd|secret|token|sasl\.jaas|ssl\.key|credential|api[._-]?key)", re.I
 )
 REDACTED = "***"
+
+#: Options Spark itself sets or reads on a source or sink: never "unknown".
+SPARK_OPTIONS = ("checkpointLocation", "path", "queryName", "batchId",
+                 "asyncProgressTrackingEnabled", "asyncProgressTrackingCheckpointIntervalMs")
+IGNORE_UNKNOWN = "ignoreUnknownOptions"
+
+#: What a ``sink_id`` may be: it names files, tables, recovery keys and transactional ids.
+SINK_ID_RULE = "1-128 characters from A-Z a-z 0-9 . _ -, not starting with '.', no '..'"
+_SINK_ID_RE = re.compile(r"^(?!\.)(?!.*\.\.)[A-Za-z0-9._-]{1,128}$")
+
+
+def check_sink_id(family: str, sink_id: object, option: str = "sink_id") -> str:
+    """``sink_id`` as given, or an :class:`OptionError` naming the safe charset."""
+    if not isinstance(sink_id, str) or not _SINK_ID_RE.match(sink_id):
+        shown = repr(sink_id) if isinstance(sink_id, str) and len(sink_id) <= 200 \
+            else f"a value of {len(sink_id) if isinstance(sink_id, str) else 0} characters"
+        raise OptionError(f"{family}: option '{option}' is not a valid sink id: {shown}; "
+                          f"use {SINK_ID_RULE}", option=option)
+    return sink_id
 
 _DURATION_UNITS = {
     "ms": 0.001,
@@ -132,13 +158,17 @@ class OptionReader:
             self._raw[lowered] = value if isinstance(value, str) else _stringify(value)
             self._spelling[lowered] = str(key)
         self._used: set[str] = set()
+        # every name a getter asked for, in the connector's spelling: the valid options
+        self._asked: dict[str, str] = {}
 
     # -- access -------------------------------------------------------------------------
     def has(self, name: str) -> bool:
+        self._asked.setdefault(name.lower(), name)
         return name.lower() in self._raw
 
     def raw(self, name: str) -> str | None:
         key = name.lower()
+        self._asked.setdefault(key, name)
         if key in self._raw:
             self._used.add(key)
             return self._raw[key]
@@ -269,6 +299,7 @@ class OptionReader:
         Keys keep Spark's lower-casing, which is what librdkafka expects anyway.
         """
         p = prefix.lower()
+        self._asked.setdefault(p + "*", prefix + "*")
         out = RedactedDict()
         for key, value in self._raw.items():
             if key.startswith(p) and len(key) > len(p):
@@ -303,12 +334,34 @@ class OptionReader:
         )
 
     def warn_unknown(self, prefixes: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[str]:
-        """Log one warning listing options nobody read (typos such as ``startingOffset``)."""
+        """Refuse options nobody read (typos such as ``transactionl``), naming the closest
+        valid one; with ``ignoreUnknownOptions=true``, log one warning instead. Call it
+        after every option was read."""
+        lenient = self.boolean(IGNORE_UNKNOWN, False)
         # Spark adds 'path' for load(path)/save(path); sources that take it read it first.
-        names = self.unknown(prefixes, ignore=tuple(ignore) + ("path",))
-        if names:
-            log.warning("%s: ignoring unknown options %s", self.family, names)
-        return names
+        names = self.unknown(prefixes, ignore=tuple(ignore) + SPARK_OPTIONS)
+        if not names:
+            return names
+        if lenient:
+            log.warning("%s: ignoring unknown options %s (ignoreUnknownOptions=true)",
+                        self.family, names)
+            return names
+        valid = sorted({v for k, v in self._asked.items() if k != IGNORE_UNKNOWN.lower()},
+                       key=str.lower)
+        hints = []
+        for name in names:
+            close = difflib.get_close_matches(name.lower(), [v.lower() for v in valid], n=1,
+                                              cutoff=0.6)
+            match = next((v for v in valid if close and v.lower() == close[0]), None)
+            hints.append(f"'{name}'" + (f" (did you mean '{match}'?)" if match else ""))
+        what = "option" if len(names) == 1 else "options"
+        raise OptionError(
+            f"{self.family}: unknown {what} {', '.join(hints)}; valid options: {valid} "
+            f"(and Spark's own: {list(SPARK_OPTIONS[:3])}). A misspelled option would "
+            f"silently change what the connector does; set {IGNORE_UNKNOWN}=true to only "
+            "warn about unknown options",
+            option=names[0],
+        )
 
     def redacted(self) -> dict[str, str]:
         """The raw options with secret values replaced, safe to log."""

@@ -20,6 +20,14 @@ The contract every sink keeps:
    raised, so it must never undo or break a commit that may have partly happened (a file
    sink keeps the staged files that a pending rename plan still needs).
 4. ``last_committed()`` returns the highest committed batch id (or None).
+5. ``admit(batch_id)`` decides, before anything is written, on executors and on the driver:
+   first *ownership* (the state at this walPath/path belongs to this ``sink_id``, else
+   :class:`SinkOwnershipError`), then the *batch order*: a batch id above the last committed
+   one is written, the last committed one again is a replay and writes nothing, and one
+   below it is refused (:class:`BatchOrderError`): Spark replays only its last batch, so a
+   lower id means a new checkpoint or a second writer, and skipping it would lose its rows.
+   ``eo-connectors sink reset`` records a restart in the sink's state; the sink then maps
+   the new query's batch ids above the old ones (``batch_offset``).
 
 Exactly-once holds when the ``batch_id`` handed to a batch is stable on replay (Spark's
 ``batchId`` or a ``KafkaWindows`` window id) and the sink's identity (``sink_id``/path) is
@@ -34,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from connectors.core.errors import ConnectorError
+from connectors.core.errors import BatchOrderError, ConnectorError, SinkOwnershipError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,6 +62,40 @@ def set_dataframe_writer(writer: DataFrameWriter) -> None:
     """Install what ``BatchSink.write`` runs (the root package installs the Spark adapter)."""
     global _dataframe_writer
     _dataframe_writer = writer
+
+
+def check_batch_order(family: str, sink_id: str | None, batch_id: int, last: int | None,
+                      where: str, reset: str, offset: int = 0) -> bool:
+    """The batch-order rule of every sink: True to write ``batch_id``, False for a replay of
+    the last committed batch; :class:`BatchOrderError` for a batch id below it.
+
+    ``batch_id`` and ``last`` are the sink's own numbering (Spark's id + ``offset``, the
+    batch offset a reset recorded); messages show the query's numbering. ``reset`` is the
+    command that records a restart for this sink.
+    """
+    if last is None or batch_id > last:
+        return True
+    if batch_id == last:
+        return False
+    raise BatchOrderError(
+        f"{family}: sink_id {sink_id!r} at {where}: batch {batch_id - offset} is below the "
+        f"sink's last committed batch {last - offset}. Spark replays only its last batch, "
+        "so this is a new checkpoint (batch ids restarted at 0) or a second query writing "
+        "with the same sink_id; its rows would be skipped as already written, so nothing was "
+        "written. To start over, give the query a new sink_id, or record the restart with "
+        f"`{reset}` (batch ids from 0 are then accepted)"
+    )
+
+
+def ownership_error(family: str, what: str, where: str, owner: str | None,
+                    sink_id: str | None) -> SinkOwnershipError:
+    """Two sinks sharing one state: the second would skip the first one's batch ids."""
+    return SinkOwnershipError(
+        f"{family}: {what} {where} belongs to sink_id {owner!r}, not {sink_id!r}; its "
+        "committed batches would be taken for this sink's and skipped, so nothing was "
+        f"written. Give each sink its own {what}, or use sink_id {owner!r} if this is the "
+        "same pipeline"
+    )
 
 
 @dataclass(frozen=True)
@@ -125,6 +167,20 @@ class BatchSink(ABC):
     def is_committed(self, batch_id: int) -> bool:
         last = self.last_committed()
         return last is not None and last >= batch_id
+
+    def admit(self, batch_id: int) -> bool:
+        """Ownership, then the batch-order rule (contract step 5): True to write
+        ``batch_id``, False when it is a replay of the last committed batch. Raises
+        :class:`SinkOwnershipError` or :class:`BatchOrderError`. Sinks with durable state
+        of their own override it to check ownership first."""
+        return check_batch_order(self.family, getattr(self, "sink_id", None), batch_id,
+                                 self.last_committed(), repr(self), "eo-connectors sink reset")
+
+    def batch_offset(self) -> int:
+        """What ``eo-connectors sink reset`` recorded: the sink's batch ids are the query's
+        plus this (0 when never reset). The Spark adapter adds it on the driver, before any
+        task runs, so both planes use the sink's numbering."""
+        return 0
 
     def check_schema(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
         """Driver-side validation before any task runs; raise to fail the batch early."""

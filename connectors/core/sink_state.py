@@ -15,6 +15,12 @@ class is the one implementation of what the two share::
 - **Ownership.** One directory belongs to one sink id, or a second sink would take the
   first one's batches for its own and skip them. The owner is the owner record where the
   sink keeps one (written by :meth:`claim`), else the sink id of the newest commit.
+- **Admission.** :meth:`admit` is the one rule every task and every commit runs before it
+  decides anything: ownership first, then the batch order (``core.sink.check_batch_order``).
+- **Reset.** :meth:`reset` (``eo-connectors sink reset``) records a restart in
+  ``<root>/<reset file>``: the batch offset that maps a new query's batch ids (from 0)
+  above every id already committed, so names, recovery keys and commit markers never
+  collide with the old ones.
 - **Retention.** After a commit, :meth:`retain` deletes the task markers of that batch and
   older ones, and applies the log's retention rule (:meth:`WriteAheadLog.retain`).
 """
@@ -27,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.core.sink import check_batch_order, ownership_error
 from connectors.core.storage import Storage, storage_for
 from connectors.core.wal import WriteAheadLog, read_record
 
@@ -56,6 +63,8 @@ class SinkState:
         keep: int,
         owner_record: bool = False,
         markers: str | None = None,
+        reset_file: str = "reset.json",
+        what: str = "walPath",
     ) -> None:
         self.storage = storage
         self.root = root
@@ -63,6 +72,8 @@ class SinkState:
         self.keep = keep
         self._owner_path = storage.join(root, OWNER_FILE) if owner_record else None
         self._markers = storage.join(root, markers) if markers else None
+        self._reset_path = storage.join(root, reset_file)
+        self.what = what
 
     @classmethod
     def open(cls, url: str, **kwargs: Any) -> SinkState:
@@ -126,6 +137,58 @@ class SinkState:
                 and not self.storage.exists(self._owner_path):
             self.storage.write_atomic(self._owner_path, json.dumps({"sink_id": sink_id}).encode())
         return foreign
+
+    def owned_by_other(self, sink_id: str | None) -> str | None | bool:
+        """The owning sink id when it is not ``sink_id``, else False. Unlike
+        :meth:`foreign_owner`, a commit by a sink without an id (None) and a sink with one
+        differ here: a path written without a sink_id is not any named sink's."""
+        if self._owner_path is not None:
+            owner = self.owner()
+            if owner is not None:
+                return owner.sink_id if owner.sink_id != sink_id else False
+            # No owner record (a WAL from before owner records): the newest commit says.
+        last = self.log.last_committed()
+        if last is None:
+            return False
+        theirs = (self.log.commit_info(last) or {}).get("sink_id")
+        return theirs if theirs != sink_id else False
+
+    def check_owner(self, family: str, sink_id: str | None) -> None:
+        other = self.owned_by_other(sink_id)
+        if other is not False:
+            raise ownership_error(family, self.what, self.url(), other, sink_id)  # type: ignore[arg-type]
+
+    def admit(self, family: str, sink_id: str | None, batch_id: int, reset: str) -> bool:
+        """Ownership, then the batch order: True to write ``batch_id`` (the sink's
+        numbering), False for a replay of the last committed batch; raises otherwise."""
+        self.check_owner(family, sink_id)
+        last = self.last_committed()
+        if last is not None and batch_id < last:
+            return check_batch_order(family, sink_id, batch_id, last, self.url(), reset,
+                                     self.batch_offset())
+        return check_batch_order(family, sink_id, batch_id, last, self.url(), reset)
+
+    # -- reset -----------------------------------------------------------------------------
+    def reset_record(self) -> dict[str, Any] | None:
+        return read_record(self.storage, self._reset_path, "reset record")
+
+    def batch_offset(self) -> int:
+        record = self.reset_record()
+        return int(record.get("batch_offset", 0)) if record else 0
+
+    def reset(self, family: str, sink_id: str | None) -> dict[str, Any]:
+        """Record a restart: the next query's batch ids (from 0) map above every committed
+        one. Run it with the query stopped. Returns the reset record."""
+        self.check_owner(family, sink_id)
+        record = self.reset_record() or {"batch_offset": 0, "resets": []}
+        last = self.last_committed()
+        if last is not None:
+            record["batch_offset"] = last + 1
+        record.setdefault("resets", []).append({
+            "sink_id": sink_id, "last_committed": last,
+            "batch_offset": record["batch_offset"], "at_ms": int(time.time() * 1000)})
+        self.storage.write_atomic(self._reset_path, json.dumps(record).encode())
+        return record
 
     # -- task markers ----------------------------------------------------------------------
     def _marker_dir(self, batch_id: int) -> str:

@@ -464,3 +464,18 @@ def storage_for(
         f"{url!r}: unsupported URL scheme {scheme!r}; valid: a local path, file://, hdfs://, "
         "webhdfs:// or swebhdfs://"
     )
+
+
+def require_directory(url: str, family: str, option: str) -> None:
+    """A state directory option (``walPath``, ``path``) must not name an existing file:
+    every later read would fail with a bare ``NotADirectoryError`` deep in a task."""
+    from connectors.core.errors import OptionError
+
+    storage, path = storage_for(url)
+    if storage.exists(path) and not storage.is_dir(path):
+        raise OptionError(
+            f"{family}: option '{option}' {storage.url(path)!r} is an existing file; give a "
+            "directory (it is created if missing)",
+            option=option,
+        )
+

@@ -44,7 +44,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db-url", help="SQLAlchemy URL for the JDBC sink (default: SQLite file)")
     p.add_argument("--workdir", default=None, help="where checkpoints and output go "
                    "(default: a fresh temp directory, removed unless --keep)")
-    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (the WALs, "
+                   "checkpoint, output and database stay there for the CLI: wal show, files "
+                   "status, sink status)")
     p.add_argument("--lines", type=int, default=20000, help="lines of words to produce")
     p.add_argument("--batch-size", type=int, default=1000,
                    help="maxOffsetsPerTrigger of the pipeline (lines per micro-batch)")
@@ -113,8 +115,29 @@ def last_batch(checkpoint: str) -> int | None:
     return max(ids) if ids else None
 
 
+def sink_progress(cfg: dict[str, Any]) -> str:
+    """One line on what each sink has committed so far (read from the sinks' own state)."""
+    from connectors.core.storage import storage_for
+    from connectors.files.sink import committed_batches
+    from connectors.kafka.recovery import sink_state
+
+    parts = []
+    try:
+        files = committed_batches(cfg["files"]) if os.path.isdir(cfg["files"]) else []
+        parts.append(f"eo_files {len(files)} batches/{sum(b['rows'] or 0 for b in files)} rows")
+        kafka = sink_state(*storage_for(cfg["wal"] + "/kafka-sink")).last_committed()
+        parts.append(f"eo_kafka last batch {kafka if kafka is not None else '-'}")
+    except Exception as e:  # noqa: BLE001 - progress only; a half-written state is fine
+        parts.append(f"({type(e).__name__})")
+    spark = os.path.join(cfg["checkpoint"], "commits")
+    done = [int(n) for n in os.listdir(spark) if n.isdigit()] if os.path.isdir(spark) else []
+    parts.append(f"Spark committed batch {max(done) if done else '-'}")
+    return ", ".join(parts)
+
+
 def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
-              failpoint: str | None, timeout: float, log_path: str) -> tuple[int, bool]:
+              failpoint: str | None, timeout: float, log_path: str,
+              progress: Any = None) -> tuple[int, bool]:
     """Run the pipeline once; returns (returncode, killed).
 
     ``kill_at_batch``: once Spark has planned that batch (its offsets file exists), wait
@@ -128,7 +151,9 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
         env["CONNECTORS_FAILPOINTS_SCOPE"] = "group"
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
+    next_report = began + 5.0
     killed = False
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module
@@ -146,6 +171,9 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
                         os.killpg(proc.pid, signal.SIGKILL)
                         killed = True
                     break
+                if progress is not None and time.monotonic() >= next_report:
+                    next_report += 5.0
+                    progress(f"  {time.monotonic() - began:.0f}s: {sink_progress(cfg)}")
                 time.sleep(0.05)
             proc.wait()
         finally:
@@ -241,7 +269,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 say("  finished before the kill")
         say("final run: restart from the checkpoint and finish")
         code, killed = run_child(cfg, kill_at_batch=None, jitter=0.0, failpoint=None,
-                                 timeout=args.timeout, log_path=log_path)
+                                 timeout=args.timeout, log_path=log_path,
+                                 progress=None if quiet else say)
         if code != 0:
             raise ConnectorError(f"final pipeline run failed (exit {code}); see {log_path}")
         checks = verify(cfg, truth)

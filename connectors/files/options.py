@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from connectors.core.errors import FileSinkError, OptionError, StorageError
-from connectors.core.options import OptionReader
+from connectors.core.options import OptionReader, check_sink_id
 from connectors.core.storage import LocalStorage, Storage, storage_for
 from connectors.files.formats import FileFormat
 
@@ -53,6 +53,8 @@ class FileSinkOptions:
             storage, resolved = storage_for(path, webhdfs_url=webhdfs_url, hdfs_user=hdfs_user)
         except StorageError as e:
             raise OptionError(f"eo_files: option 'path' is not usable: {e}", option="path") from e
+        if sink_id is not None:
+            check_sink_id("eo_files", sink_id)
         file_format = FileFormat.parse(format, compression, csv_header=csv_header)
         if isinstance(partition_by, str):
             partition_by = [p.strip() for p in partition_by.split(",") if p.strip()]

@@ -43,6 +43,9 @@ STAGING_DIR = "_eo_staging"
 LOG_DIR = "_eo_log"
 #: commit records kept in ``_eo_log`` (older ones are purged; only the newest is needed)
 LOG_RETENTION = 100
+#: the restart record ``eo-connectors sink reset`` writes (hidden from readers: ``_``)
+RESET_FILE = "_eo_reset.json"
+RESET_COMMAND = "eo-connectors sink reset --path <path> [--sink-id <sink_id>]"
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,10 @@ class FileSink(BatchSink):
     exactly once, and a file visible to a reader is always complete. Conditions: the batch
     id is stable on replay (Spark's ``batchId`` or a ``KafkaWindows`` window id), one query
     writes to ``path``, and the filesystem renames atomically (POSIX, HDFS; object stores
-    are refused). A new checkpoint against an old ``path`` restarts batch ids at 0, and those
-    batches are skipped as already committed, like Spark's own file sink.
+    are refused). A path holds the output of one ``sink_id``: another sink's batches are
+    refused. A new checkpoint against an old ``path`` restarts batch ids at 0: unlike
+    Spark's own file sink (which skips them), those batches are refused with an error until
+    ``eo-connectors sink reset --path ...`` records the restart.
 
     Unit of parallelism: one Spark task (writer partition) per file set; each task writes
     one file per ``partitionBy`` directory, rolling after ``maxRecordsPerFile`` rows or about
@@ -71,8 +76,10 @@ class FileSink(BatchSink):
 
     Commit protocol, driver side, for batch ``B`` (``commit``):
 
-    0. If ``B`` is committed (``_eo_log`` holds a commit record for B or a later batch),
-       remove ``_eo_staging/B`` and return. Failpoint ``files.after_stage`` fires before.
+    0. Ownership and batch order (``SinkState.admit``): a path another sink_id committed to,
+       or a ``B`` below the last committed batch, is refused. If ``B`` is the last committed
+       batch (a replay), remove ``_eo_staging/B`` and return. Failpoint
+       ``files.after_stage`` fires before.
     1. Plan. If ``_eo_log/B.json`` (the rename plan) exists, this is a replay after a crash
        in steps 2-4: finish *that* plan with the staged files it names and ignore the new
        attempt's files (step 5 deletes them), because a new attempt may split the same
@@ -141,6 +148,7 @@ class FileSink(BatchSink):
         """Columns and path, checked on the driver before any task writes."""
         self._check_columns(schema)
         self.options.check_path()
+        self.state.check_owner("eo_files", self.sink_id)
 
     def _check_columns(self, schema: pa.Schema) -> None:
         check_partition_columns(schema, self.partition_by)
@@ -172,6 +180,10 @@ class FileSink(BatchSink):
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> StagedFiles:
         """Write this task's rows as new files in ``_eo_staging/<batch>/``; list them."""
         batch_id = task.batch_id
+        # The executor's share of step 0: a foreign path or a lower batch id fails the task
+        # before it writes; a replay of the committed batch writes nothing.
+        if not self.admit(batch_id):
+            return StagedFiles(batch_id, task.writer_id, task.attempt, ())
         staging = self.staging_dir(batch_id)
         token = uuid.uuid4().hex[:8]
         seq = iter(range(1 << 30))
@@ -221,24 +233,25 @@ class FileSink(BatchSink):
     def is_committed(self, batch_id: int) -> bool:
         return self.state.is_committed(batch_id)
 
+    def admit(self, batch_id: int) -> bool:
+        reset = f"eo-connectors sink reset --path {self.storage.url(self.path)}" + (
+            f" --sink-id {self.sink_id}" if self.sink_id else "")
+        return self.state.admit("eo_files", self.sink_id, batch_id, reset)
+
+    def batch_offset(self) -> int:
+        return self.state.batch_offset()
+
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """Make batch ``batch_id`` visible exactly once (see the class docstring's steps)."""
         started = time.perf_counter()
         state = self.state
         wal = state.log
         failpoints.hit("files.after_stage", batch_id)
-        # 0.
-        if state.is_committed(batch_id):
+        # 0. Ownership first: another sink's commit of this batch id is not ours to skip.
+        if not self.admit(batch_id):
             log.info("eo_files: batch %d already committed; dropping its staged files", batch_id)
             self._cleanup(batch_id)
             return
-        owner = state.foreign_owner(self.sink_id)
-        if owner is not None:
-            raise FileSinkError(
-                f"eo_files: path {self.storage.url(self.path)!r} holds output of sink "
-                f"{owner.sink_id!r} (batch {owner.batch_id}), not of sink_id {self.sink_id!r}; "
-                "use another path or the same sink_id"
-            )
         # 1.
         plan = wal.get(batch_id)
         if plan is None:
@@ -384,7 +397,8 @@ class FileSink(BatchSink):
 def sink_state(storage: Storage, path: str) -> SinkState:
     """The file sink's state under its output path: the log ``_eo_log`` (rename plans and
     commit records, the newest ``LOG_RETENTION`` kept); the owner is the newest commit's."""
-    return SinkState(storage, path, log_kind=LOG_DIR, keep=LOG_RETENTION)
+    return SinkState(storage, path, log_kind=LOG_DIR, keep=LOG_RETENTION,
+                     reset_file=RESET_FILE, what="output path")
 
 
 def committed_batches(path: str, **storage_kwargs: Any) -> list[dict[str, Any]]:

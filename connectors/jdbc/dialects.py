@@ -24,6 +24,7 @@ strings.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -84,9 +85,19 @@ def normalize_url(raw: str) -> sa.URL:
             "(other processes) cannot see; use a file: sqlite:///path/to.db",
             option="url",
         )
+    try:
+        url.get_dialect()
+    except Exception:  # noqa: BLE001 - NoSuchModuleError, or a driver that fails to load
+        raise OptionError(
+            f"eo_jdbc: option 'url' names SQLAlchemy dialect+driver {url.drivername!r}, which "
+            f"is not installed or does not exist; valid forms: {_SUPPORTED}",
+            option="url",
+        ) from None
     return url
 
 
+_PG_FATAL = re.compile(r"authentication failed|role \"[^\"]*\" does not exist|"
+                       r"database \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
 _ENGINES: dict[str, sa.Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
@@ -387,6 +398,11 @@ class PostgresDialect(Dialect):
             return False
         state = orig.sqlstate or ""
         if state == "08P01":  # protocol violation (e.g. a malformed COPY stream): a bug
+            return False
+        # Authentication and a missing role or database do not heal by waiting: fail now
+        # instead of retrying until retryDeadline. A refused connection may carry no
+        # SQLSTATE, so the server's message decides.
+        if state.startswith("28") or state == "3D000" or _PG_FATAL.search(str(orig)):
             return False
         if state.startswith("08") or state in ("40001", "40P01", "57P01", "57P02", "57P03",
                                                "53300"):

@@ -9,7 +9,12 @@ from hashlib import sha256
 from typing import Any
 
 from connectors.core.errors import OptionError
-from connectors.core.options import OptionReader, redact_url, stringify_options
+from connectors.core.options import (
+    OptionReader,
+    check_sink_id,
+    redact_url,
+    stringify_options,
+)
 from connectors.jdbc.dialects import normalize_url
 from connectors.jdbc.metadata import DEFAULT_NAME
 
@@ -109,8 +114,7 @@ class JdbcSinkOptions:
                 "set a stable name for this sink, unique per target table; it keys the "
                 "commit table, so it must stay the same across restarts",
             )
-        if len(sink_id) > 255:
-            raise r.error("sink_id", f"is {len(sink_id)} characters long", "use at most 255")
+        check_sink_id("eo_jdbc", sink_id)
         mode = r.choice("mode", MODES, default="append") or "append"
         table_text = r.string("table")
         schema, table = (None, None)

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from connectors.core import failpoints
 from connectors.core.errors import ConnectorError, JdbcSinkError
-from connectors.core.sink import BatchSink, TaskInfo
+from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
 from connectors.jdbc.dialects import Dialect, dialect_for
 from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
 from connectors.jdbc.options import JdbcSinkOptions
@@ -32,6 +32,8 @@ from connectors.jdbc.staging import Staging, staging_for
 from connectors.jdbc.tables import Layout, Tables, prepared_layout, remember_layout
 
 log = logging.getLogger(__name__)
+
+FAMILY = "eo_jdbc"
 
 T = TypeVar("T")
 
@@ -239,6 +241,25 @@ class JdbcSink(BatchSink):
 
         return self._retrying("reading the last committed batch", work)
 
+    def admit(self, batch_id: int) -> bool:
+        """The batch order against ``eo_sink_commits`` (the commit transaction checks it
+        again under the row lock). Ownership needs no check: the row is keyed by sink_id."""
+        return check_batch_order(FAMILY, self.options.sink_id, batch_id,
+                                 self.last_committed(), self._where(), self._reset_command())
+
+    def _meta_name(self) -> str:
+        o = self.options
+        return f"{o.metadata_schema}.{o.metadata_table}" if o.metadata_schema \
+            else o.metadata_table
+
+    def _where(self) -> str:
+        return f"table {self._meta_name()!r} at {self.options.redacted_url}"
+
+    def _reset_command(self) -> str:
+        name = self._meta_name()
+        table = "" if name == DEFAULT_NAME else f" --table {name}"
+        return f"eo-connectors sink reset --url <url> --sink-id {self.options.sink_id}{table}"
+
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
         """1. Executor: stage this task's rows; return the stage message."""
         # Durability of the staging transaction is not what exactly-once rests on. On
@@ -250,6 +271,18 @@ class JdbcSink(BatchSink):
         # than the tasks reported (step 2b, or append's INSERT row count in 2c), fails the
         # batch without touching the target, and Spark replays it. A lost staging commit is
         # a failed batch, never silent loss.
+        if self._inline_limit is None:
+            # The executor's share of the batch-order rule (the foreachBatch path admitted
+            # the batch on the driver already, and its inline tasks stay connection-free):
+            # a lower batch id fails before it stages anything.
+            def work() -> int | None:
+                with self.connect() as conn:
+                    return self.commits.last_committed(conn, self.options.sink_id)
+
+            last = self._retrying("reading the last committed batch", work)
+            if last is not None and task.batch_id < last:
+                check_batch_order(FAMILY, self.options.sink_id, task.batch_id, last,
+                                  self._where(), self._reset_command())
         return self._staging().stage(task, batches)
 
     def task_transaction(self, task: TaskInfo, write: Callable[[sa.Connection], T]) -> T:
@@ -289,9 +322,11 @@ class JdbcSink(BatchSink):
     def _commit_once(self, staging: Staging, batch_id: int, msgs: Sequence[Any]) -> int | None:
         sink_id = self.options.sink_id
         with self.connect(isolation=True) as conn, conn.begin():
-            # 2a. Lock the sink's commit row; a batch at or below it is a replay.
+            # 2a. Lock the sink's commit row. The last committed batch again is a replay; a
+            #     lower id (a new checkpoint, a second writer) raises and rolls back.
             last = self.commits.lock(conn, sink_id)
-            if last is not None and last >= batch_id:
+            if not check_batch_order(FAMILY, sink_id, batch_id, last, self._where(),
+                                     self._reset_command()):
                 staging.clear(conn, batch_id, msgs)
                 return None
             # 2b.

@@ -19,6 +19,19 @@ from connectors.kafka.retry import retrying
 log = logging.getLogger(__name__)
 
 
+class _Quiet(logging.Filter):
+    """librdkafka repeats every failed connection attempt (thousands of lines against an
+    unreachable broker): its logs go to Python logging at DEBUG; our errors say what broke."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+LIBRDKAFKA_LOG = logging.getLogger("connectors.kafka.librdkafka")
+LIBRDKAFKA_LOG.addFilter(_Quiet())
+
+
 class Clusters:
     """Driver-side clients of every cluster of one source."""
 
@@ -26,6 +39,7 @@ class Clusters:
         self.opts = opts
         self._admins: dict[str, Any] = {}
         self._committers: dict[str, Any] = {}
+        self._reached: set[str] = set()  # clusters that answered once (see _first_contact)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -40,6 +54,7 @@ class Clusters:
             from confluent_kafka.admin import AdminClient
 
             conf: dict[str, Any] = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
+            conf["logger"] = LIBRDKAFKA_LOG
             client = AdminClient(conf)
             self._admins[cluster.name] = client
         return client
@@ -50,8 +65,9 @@ class Clusters:
         if client is None:
             from confluent_kafka import Consumer
 
-            conf = cluster.reader_conf(self.opts.group_id)
+            conf: dict[str, Any] = dict(cluster.reader_conf(self.opts.group_id))
             conf["group.id"] = self.opts.group_id
+            conf["logger"] = LIBRDKAFKA_LOG
             client = Consumer(conf)
             self._committers[cluster.name] = client
         return client
@@ -74,11 +90,17 @@ class Clusters:
             def metadata(c: ClusterSpec = c) -> Any:
                 return self.admin(c).list_topics(timeout=self.opts.poll_timeout_s)
 
+            if c.name not in self._reached:
+                self._first_contact(c)
             md = retrying(
                 metadata,
                 what=f"eo_kafka: listing the topics of cluster {c.name or c.bootstrap}",
                 error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
             )
+            named = set(c.subscribe) | {t for t, _ in c.assign}
+            missing = sorted(t for t in named if t not in md.topics
+                             or md.topics[t].error is not None)
+            self._warn_missing(c, missing)
             if c.assign:
                 for t, p in c.assign:
                     meta = md.topics.get(t)
@@ -92,6 +114,35 @@ class Clusters:
                     for p in meta.partitions:
                         out[(c.name, topic, p)] = None
         return dict.fromkeys(sorted(out))
+
+    def _first_contact(self, c: ClusterSpec) -> None:
+        """The first metadata request to a cluster, bounded by ``connectTimeout``: an
+        unreachable or misconfigured cluster fails in that time with one error that names
+        the bootstrap servers and the likely causes, instead of after the poll and retry
+        deadlines (minutes) and thousands of librdkafka connection logs."""
+        timeout = self.opts.connect_timeout_s
+        try:
+            self.admin(c).list_topics(timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
+            raise KafkaSourceError(
+                f"eo_kafka: cannot reach Kafka at {c.bootstrap} within connectTimeout="
+                f"{timeout:g}s ({e}). Likely causes: the brokers are down or unreachable "
+                "from the Spark driver (host, port, firewall, advertised.listeners); a "
+                "TLS/SASL mismatch (kafka.security.protocol, kafka.sasl.mechanism); or "
+                "failed authentication (kafka.sasl.username/password)"
+            ) from None
+        self._reached.add(c.name)
+
+    def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:
+        """A subscribed topic that does not exist yields 0 rows: say so, once per topic
+        (it is read from its first offset as soon as it appears)."""
+        warned: set[tuple[str, str]] = self.__dict__.setdefault("_missing_warned", set())
+        for t in missing:
+            if (c.name, t) not in warned:
+                warned.add((c.name, t))
+                log.warning("eo_kafka: topic %r does not exist on %s; it yields no rows until "
+                            "it is created (check the name in subscribe/assign)", t,
+                            c.name or c.bootstrap)
 
     def _list_offsets(self, tps: list[TP], spec_for: Any) -> Offsets:
         from confluent_kafka import IsolationLevel, TopicPartition

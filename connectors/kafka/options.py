@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
-from connectors.core.options import OptionReader, RedactedDict
+from connectors.core.options import OptionReader, RedactedDict, check_sink_id
 from connectors.kafka import recovery
 from connectors.kafka.offsets import (
     TP,
@@ -79,7 +79,7 @@ class KafkaSinkOptions:
                 "the sink's commit log and started markers, stable across restarts",
                 option="walPath",
             )
-        sink_id = str(sink_id).strip()
+        sink_id = check_sink_id(FAMILY, str(sink_id).strip())
         recovery.key_prefix(sink_id, 0, 0)  # validates the sink id's length
         return cls(
             sink_id=sink_id,
@@ -238,6 +238,8 @@ class KafkaSourceOptions:
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     timestamp_strategy: str = "error"
     arrow_batch_records: int = 20000
+    #: ``connectTimeout``: the bound on the first request to each cluster
+    connect_timeout_s: float = 30.0
     #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
     window: int | None = None
 
@@ -305,9 +307,11 @@ class KafkaSourceOptions:
         include_headers = r.boolean("includeHeaders", False)
         wal_path = r.string("walPath")
         if wal_path is not None:
-            from connectors.core.storage import storage_for
+            from connectors.core.storage import require_directory, storage_for
 
             storage_for(wal_path)  # refuses object stores and bad URLs now, not mid-query
+            if "://" not in wal_path or wal_path.startswith("file:"):
+                require_directory(wal_path, "eo_kafka", "walPath")  # local: no network
         group_id = _group_id(r, top_kafka, clusters, wal_path)
         poll_ms = r.integer("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
         strategy = r.choice(
@@ -317,6 +321,8 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
+        retry_timeout = _retry_timeout(r)
+        connect_timeout = r.duration("connectTimeout", 30.0, minimum=0.1)
         r.warn_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
@@ -333,7 +339,8 @@ class KafkaSourceOptions:
             group_id=group_id,
             wal_path=wal_path,
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
-            metadata_retry_timeout=_retry_timeout(r),
+            metadata_retry_timeout=retry_timeout,
+            connect_timeout_s=float(connect_timeout or 30.0),
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,

@@ -206,9 +206,13 @@ KEEP_COMMITS = 10
 
 def sink_state(storage: Storage, root: str) -> SinkState:
     """The Kafka sink's state under ``walPath``: commit log ``commits/``, owner record
-    ``sink.json``, started markers ``started/``."""
+    ``sink.json``, started markers ``started/``, reset record ``reset.json``."""
     return SinkState(storage, root, log_kind="commits", keep=KEEP_COMMITS, owner_record=True,
-                     markers="started")
+                     markers="started", reset_file="reset.json", what="walPath")
+
+
+#: how a user records a restart of a Kafka sink (named in errors)
+RESET_COMMAND = "eo-connectors sink reset --wal-path <walPath> --sink-id <sink_id>"
 
 
 # -- the scan --------------------------------------------------------------------------------

@@ -22,10 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.core import failpoints
-from connectors.core.errors import OptionError
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.core.storage import storage_for
+from connectors.core.storage import require_directory, storage_for
 from connectors.kafka import recovery
 from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import (  # noqa: F401 - public names of this module
@@ -161,15 +160,22 @@ class KafkaSink(BatchSink):
         check_columns(schema, self.topic)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
         if not self._identity_checked:
+            require_directory(self.wal_path, FAMILY, "walPath")
             state = self._state()
-            owner = state.claim(self.sink_id)
-            if owner is not None:
-                raise OptionError(
-                    f"{FAMILY}: walPath {state.url()} belongs to sink_id {owner.sink_id!r}, "
-                    f"not {self.sink_id!r}; give each sink its own walPath",
-                    option="walPath",
-                )
+            state.check_owner(FAMILY, self.sink_id)
+            state.claim(self.sink_id)
+            state.check_owner(FAMILY, self.sink_id)  # a concurrent claim won
             self._identity_checked = True
+
+    def admit(self, batch_id: int) -> bool:
+        """Ownership of walPath, then the batch order (``SinkState.admit``)."""
+        return self._state().admit(FAMILY, self.sink_id, batch_id, self._reset_command())
+
+    def _reset_command(self) -> str:
+        return f"eo-connectors sink reset --wal-path {self.wal_path} --sink-id {self.sink_id}"
+
+    def batch_offset(self) -> int:
+        return self._state().batch_offset()
 
     # -- the protocol -----------------------------------------------------------------------
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> TaskReport:
@@ -179,7 +185,9 @@ class KafkaSink(BatchSink):
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """4. Driver: record the batch as committed; a no-op for a committed batch."""
         state = self._state()
-        if state.is_committed(batch_id):
+        # Ownership before "already committed": another sink's commit of this batch id
+        # must not pass for ours.
+        if not state.admit(FAMILY, self.sink_id, batch_id, self._reset_command()):
             log.info("%s %s: batch %d already committed", FAMILY, self.sink_id, batch_id)
             return
         reports = [m for m in messages if isinstance(m, TaskReport)]

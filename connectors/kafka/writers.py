@@ -86,7 +86,9 @@ class KafkaWriter:
         chunks = list(batches)
         # 1. A committed batch writes nothing (a replay after the driver crashed between our
         #    commit and Spark's own commit log).
-        if self.state.is_committed(b):
+        #    Ownership and the batch order come first (SinkState.admit): another sink's
+        #    commit of batch b, or a lower batch id, must not pass for a replay.
+        if not self.state.admit(FAMILY, self.sink_id, b, recovery.RESET_COMMAND):
             log.info("%s %s: batch %d already committed; writer %d writes nothing",
                      FAMILY, self.sink_id, b, w)
             report.already_committed = True

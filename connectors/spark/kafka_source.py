@@ -44,8 +44,17 @@ from connectors.kafka.source import KafkaPlanner, KafkaSourceOptions
 log = logging.getLogger(__name__)
 
 
+_SINK_ONLY = {"sink_id", "sinkid", "topic", "transactional", "deterministicorder", "unsafe",
+              "flushtimeout", "scantimeout"}
+
+
 def source_schema(options: dict[str, str]) -> StructType | str:
     """Spark's Kafka schema, plus ``headers`` (includeHeaders) and ``cluster`` (clusters)."""
+    # Spark asks for the schema at load(): parse every option now, so a bad one raises at
+    # the line that set it rather than from awaitTermination() seconds after start(). A
+    # write (sink options, which hold sink_id) may reach here too; its writer parses them.
+    if not any(str(k).lower() in _SINK_ONLY for k in options):
+        KafkaSourceOptions.from_options(options, batch=True)
     r = OptionReader(options, family="eo_kafka")
     include_headers = r.boolean("includeHeaders", False)
     return spark_schema_ddl(include_headers, r.has("clusters"))

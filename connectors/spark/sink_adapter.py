@@ -56,7 +56,7 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
 
 
-def _task_info(batch_id: int | None = None) -> TaskInfo:
+def _task_info(batch_id: int | None = None, offset: int = 0) -> TaskInfo:
     ctx = TaskContext.get()
     if ctx is None:
         raise ConnectorError("a sink's stage step ran outside a Spark task")
@@ -67,7 +67,7 @@ def _task_info(batch_id: int | None = None) -> TaskInfo:
                 f"no '{BATCH_ID_PROPERTY}' local property in this task: the streaming writer "
                 "was used outside a streaming query"
             )
-        batch_id = int(prop)
+        batch_id = int(prop) + offset  # the sink's numbering (see BatchSink.batch_offset)
     return TaskInfo(batch_id=batch_id, writer_id=ctx.partitionId(), attempt=ctx.attemptNumber())
 
 
@@ -137,17 +137,19 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, sink: BatchSink) -> None:
         self.sink = sink
+        # Read once on the driver, per micro-batch; tasks get it pickled with the writer.
+        self.offset = sink.batch_offset()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
-        task = _task_info()
+        task = _task_info(offset=self.offset)
         return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        _commit(self.sink, batchId, messages)
+        _commit(self.sink, batchId + self.offset, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.warning("%s: aborting batch %d", self.sink.family, batchId)
-        self.sink.abort(batchId, _unwrap(messages))
+        self.sink.abort(batchId + self.offset, _unwrap(messages))
 
 
 class SinkBatchWriter(DataSourceArrowWriter):
@@ -155,7 +157,10 @@ class SinkBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, sink: BatchSink, batch_id: int) -> None:
         self.sink = sink
-        self.batch_id = batch_id
+        self.batch_id = batch_id + sink.batch_offset()
+        if not sink.admit(self.batch_id):
+            log.info("%s: batch %d already committed; its tasks write nothing", sink.family,
+                     batch_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         task = _task_info(self.batch_id)
@@ -202,7 +207,9 @@ def refuse_overwrite(overwrite: bool, family: str) -> None:
 def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
     """The ``foreachBatch`` path: stage per partition with mapInArrow, commit on the driver.
 
-    1. If the sink already committed ``batch_id``, return: this is a replay.
+    1. Map ``batch_id`` to the sink's numbering (``batch_offset``, after a reset) and
+       admit it: ownership of the sink's state first, then the batch order. The last
+       committed batch again is a replay: return. A lower one raises.
     2. Validate the schema on the driver, before any task runs.
     3. A sink with an ``inline_budget`` gets a copy whose tasks hand a partition of at most
        ``budget / planned partitions`` rows to the driver instead of staging it.
@@ -215,9 +222,9 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
     """
     if batch_id is None or int(batch_id) < 0:
         raise ConnectorError(f"{sink.family}: batch_id must be an integer >= 0, got {batch_id!r}")
-    batch_id = int(batch_id)
+    batch_id = int(batch_id) + sink.batch_offset()
     # 1.
-    if sink.is_committed(batch_id):
+    if not sink.admit(batch_id):
         log.info("%s: batch %d already committed; replay is a no-op", sink.family, batch_id)
         return
     # 2.

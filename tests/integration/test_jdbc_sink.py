@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from connectors.core.errors import ConnectorError, JdbcSinkError, OptionError
+from connectors.core.errors import BatchOrderError, ConnectorError, JdbcSinkError, OptionError
 from connectors.jdbc.sink import JdbcSink
 from tests.helpers import assert_exact
 
@@ -133,11 +133,14 @@ def frame(spark: Any, rows: list[tuple[Any, ...]], schema: str, parts: int = 2) 
 def run_three_batches(spark: Any, sink: JdbcSink, schema: str,
                       b0: list[Any], b1: list[Any], b2: list[Any]) -> None:
     """batch 0 via the driver, batch 1 staged, batch 1 again through the DataSource (a
-    replay: must be a no-op), batch 0 again via the driver, batch 2 through the DataSource."""
+    replay: must be a no-op), batch 0 again via the driver (below the last committed batch:
+    a new checkpoint or a second writer, refused and nothing written), batch 2 through the
+    DataSource."""
     via_driver(sink, frame(spark, b0, schema), 0)
     via_staging(sink, frame(spark, b1, schema), 1)
     via_datasource(sink, frame(spark, b1, schema), 1)
-    via_driver(sink, frame(spark, b0, schema), 0)
+    with pytest.raises(BatchOrderError, match="batch 0 is below the sink's last committed"):
+        via_driver(sink, frame(spark, b0, schema), 0)
     via_datasource(sink, frame(spark, b2, schema), 2)
 
 

@@ -48,3 +48,22 @@ def test_sink_status_reads_metadata_and_redacts(tmp_path, capsys):
     code = main(["sink", "status", "--url", "postgresql+psycopg://u:topsecret@127.0.0.1:1/x"])
     err = capsys.readouterr().err
     assert code == 2 and "topsecret" not in err and "***" in err
+
+
+def test_wal_show_finds_the_logs_under_the_path_it_is_given(tmp_path, capsys):
+    from connectors.core.sink_state import SinkState
+    from connectors.core.storage import LocalStorage
+
+    state = SinkState(LocalStorage(), str(tmp_path / "wal"), log_kind="commits", keep=10,
+                      markers="started")
+    state.put_marker(3, 0, b"{}")
+    state.record_commit(2, "k", 5)
+    assert main(["wal", "show", str(tmp_path / "wal")]) == 0  # the WAL root
+    out = capsys.readouterr().out
+    assert "[commits] last committed: 2" in out and "committed" in out and "(empty)" not in out
+    assert "[started]" not in out
+    assert main(["wal", "show", str(tmp_path / "wal" / "commits")]) == 0  # the log itself
+    assert "[commits] last committed: 2" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main(["wal", "show", str(tmp_path / "empty")]) == 2
+    assert "holds no log directories" in capsys.readouterr().err

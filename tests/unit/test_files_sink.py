@@ -11,7 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.core import failpoints
-from connectors.core.errors import FailpointError, FileSinkError, OptionError
+from connectors.core.errors import (
+    FailpointError,
+    FileSinkError,
+    OptionError,
+    SinkOwnershipError,
+)
 from connectors.core.sink import TaskInfo
 from connectors.files.sink import FileSink, committed_batches
 from tests.helpers import assert_exact
@@ -231,7 +236,7 @@ def test_sink_id_guards_the_path(tmp_path):
     a = FileSink(out, sink_id="a")
     a.commit(0, stage_all(a, 0, [[rows(0, 5)]]))
     b = FileSink(out, sink_id="b")
-    with pytest.raises(FileSinkError, match="holds output of sink 'a'"):
+    with pytest.raises(SinkOwnershipError, match="belongs to sink_id 'a', not 'b'"):
         b.commit(1, stage_all(b, 1, [[rows(5, 10)]]))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.core.errors import KafkaSinkError, OptionError
+from connectors.core.errors import KafkaSinkError, OptionError, SinkOwnershipError
 from connectors.kafka import partitioner, recovery
 from connectors.kafka.sink import KafkaSink, check_producer_config, deterministic_order
 
@@ -223,7 +223,7 @@ def test_schema_checks_name_the_column(tmp_path):
 def test_wal_path_belongs_to_one_sink(tmp_path):
     schema = pa.schema([("value", pa.binary())])
     KafkaSink("a", str(tmp_path), bootstrap_servers="h:1", topic="t").check_schema(schema)
-    with pytest.raises(OptionError, match="belongs to sink_id 'a'"):
+    with pytest.raises(SinkOwnershipError, match="belongs to sink_id .a."):
         KafkaSink("b", str(tmp_path), bootstrap_servers="h:1", topic="t").check_schema(schema)
 
 

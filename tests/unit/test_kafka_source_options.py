@@ -201,6 +201,9 @@ def test_secrets_not_echoed_and_spec_picklable() -> None:
     assert clone.clusters[0].kafka["sasl.password"] == "hunter2"
 
 
-def test_unknown_options_are_warned(caplog: pytest.LogCaptureFixture) -> None:
-    parse(startingOffset="earliest")
+def test_unknown_options_are_refused(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(OptionError, match="did you mean 'startingOffsets'"):
+        parse(startingOffset="earliest")
+    parse(startingOffset="earliest", ignoreUnknownOptions="true")
     assert "startingoffset" in caplog.text.lower()
+    parse(metadataRetryTimeout="5s", checkpointLocation="/c", queryName="q")

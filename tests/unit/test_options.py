@@ -95,8 +95,21 @@ def test_exclusive_groups():
     assert reader().exclusive("a", "b") is None
 
 
-def test_unknown_options_warn_once(caplog):
-    r = reader(subscribe="t", startingOffset="earliest", **{"kafka.acks": "all"})
+def test_unknown_options_are_an_error_naming_the_closest_valid_one():
+    r = reader(subscribe="t", startingOffset="earliest", checkpointLocation="/c",
+               **{"kafka.acks": "all"})
+    r.string("subscribe")
+    r.string("startingOffsets")
+    r.prefixed("kafka.")
+    with pytest.raises(OptionError) as e:
+        r.warn_unknown()
+    assert "unknown option 'startingoffset' (did you mean 'startingOffsets'?)" in str(e.value)
+    assert e.value.option == "startingoffset" and "ignoreUnknownOptions=true" in str(e.value)
+
+
+def test_unknown_options_warn_once_with_ignore_unknown_options(caplog):
+    r = reader(subscribe="t", startingOffset="earliest", ignoreUnknownOptions="true",
+               **{"kafka.acks": "all"})
     r.string("subscribe")
     r.prefixed("kafka.")
     with caplog.at_level(logging.WARNING):

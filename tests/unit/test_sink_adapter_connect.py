@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from connectors.core.sink import BatchSink
 from connectors.spark import sink_adapter
 from connectors.spark.sink_adapter import is_connect, planned_partitions, warn_if_speculative
 from tests.helpers import RecordingSink
@@ -63,3 +64,70 @@ def test_speculation_warning_reads_the_session_conf(tmp_path, caplog,
         assert not caplog.records
         warn_if_speculative(sink, ConnectSession(**{"spark.speculation": "true"}))
     assert "spark.speculation=true: zombies write" in caplog.text
+
+
+class _Offset(BatchSink):
+    """A sink a reset moved 10 batches on; it records what the adapter hands it."""
+
+    family = "offset"
+
+    def __init__(self, root: str) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def abort(self, batch_id: int, messages: Any) -> None:
+        self.seen.append(("abort", batch_id))
+
+    def last_committed(self) -> int | None:
+        return None
+
+    def batch_offset(self) -> int:
+        return 10
+
+    def admit(self, batch_id: int) -> bool:
+        self.seen.append(("admit", batch_id))
+        return False  # a replay: the adapter must stop before touching the DataFrame
+
+    def stage(self, task: Any, batches: Any) -> Any:
+        self.seen.append(("stage", task.batch_id))
+        return "m"
+
+    def commit(self, batch_id: int, messages: Any) -> None:
+        self.seen.append(("commit", batch_id))
+
+
+def test_adapter_admits_in_the_sinks_numbering_before_touching_the_dataframe(tmp_path):
+    sink = _Offset(str(tmp_path))
+    sink_adapter.write_dataframe(sink, ConnectFrame(ConnectSession()), 3)
+    assert sink.seen == [("admit", 13)]
+
+
+def test_foreach_batch_refusal_comes_before_any_spark_work(tmp_path):
+    from connectors.core.errors import SinkOwnershipError
+    from connectors.core.sink import TaskInfo
+    from connectors.files.sink import FileSink
+
+    out = str(tmp_path / "out")
+    a = FileSink(out, sink_id="a")
+    a.commit(0, [a.stage(TaskInfo(0, 0), iter([]))])
+    with pytest.raises(SinkOwnershipError):
+        sink_adapter.write_dataframe(FileSink(out, sink_id="b"), ConnectFrame(ConnectSession()), 0)
+
+
+def test_stream_writer_maps_spark_batch_ids_on_both_planes(tmp_path, monkeypatch):
+    class Ctx:
+        def getLocalProperty(self, key: str) -> str:  # noqa: N802 - Spark's name
+            assert key == sink_adapter.BATCH_ID_PROPERTY
+            return "3"
+
+        def partitionId(self) -> int:  # noqa: N802
+            return 0
+
+        def attemptNumber(self) -> int:  # noqa: N802
+            return 0
+
+    monkeypatch.setattr(sink_adapter.TaskContext, "get", staticmethod(lambda: Ctx()))
+    sink = _Offset(str(tmp_path))
+    writer = sink_adapter.SinkStreamWriter(sink)
+    message = writer.write(iter([]))
+    writer.commit([message], 3)
+    assert sink.seen == [("stage", 13), ("commit", 13)]
