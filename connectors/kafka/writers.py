@@ -49,6 +49,10 @@ FP_MID_PRODUCE = "kafka_sink.mid_produce"
 FP_AFTER_FLUSH = "kafka_sink.after_flush"
 FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
 
+#: Seconds a target topic may be unknown to the broker's metadata before the task fails
+#: (a topic created a moment ago is not in every broker's metadata cache yet).
+UNKNOWN_TOPIC_GRACE = 10.0
+
 
 @dataclass
 class TaskReport:
@@ -238,7 +242,7 @@ class KafkaWriter:
             )
 
     def fetch_partition_counts(self, topics: list[str]) -> dict[str, int]:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
         admin = producers.admin(self.options.producer_conf)
         out: dict[str, int] = {}
@@ -252,8 +256,20 @@ class KafkaWriter:
                     raise KafkaException(info.error)
                 return info
 
-            info = retrying(metadata, what=f"{FAMILY} {self.sink_id}: metadata of topic {t!r}",
-                            error=KafkaSinkError, timeout=self.options.metadata_retry_timeout)
+            # A topic created a moment ago can be unknown to the broker's metadata cache
+            # for a little while (KRaft propagates it asynchronously): ask again for up to
+            # UNKNOWN_TOPIC_GRACE seconds before calling it missing.
+            grace = time.monotonic() + UNKNOWN_TOPIC_GRACE
+            while True:
+                info = retrying(metadata,
+                                what=f"{FAMILY} {self.sink_id}: metadata of topic {t!r}",
+                                error=KafkaSinkError,
+                                timeout=self.options.metadata_retry_timeout)
+                unknown = (info is None or (info.error is not None and info.error.code()
+                                            == KafkaError.UNKNOWN_TOPIC_OR_PART))
+                if not unknown or time.monotonic() > grace:
+                    break
+                time.sleep(0.2)
             if info is None or info.error is not None or not info.partitions:
                 why = info.error if info is not None else "unknown topic"
                 raise KafkaSinkError(
