@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,8 +165,8 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
             while proc.poll() is None:
                 if time.monotonic() > deadline:
                     raise ConnectorError(f"pipeline run exceeded {timeout}s (log: {log_path})")
-                progress = last_batch(cfg["checkpoint"])
-                if kill_at_batch is not None and (progress or -1) >= kill_at_batch:
+                planned = last_batch(cfg["checkpoint"])
+                if kill_at_batch is not None and (planned or -1) >= kill_at_batch:
                     time.sleep(jitter)
                     if proc.poll() is None:
                         os.killpg(proc.pid, signal.SIGKILL)
@@ -220,7 +221,10 @@ def run_demo(args: argparse.Namespace) -> int:
             bootstrap = broker.bootstrap
             kind = "tansu (fallback)" if broker.version == "tansu" else "Apache Kafka"
             say(f"  {kind} {broker.version} on {bootstrap}")
-        tag = f"{seed:x}"
+        # The seed fixes the data and the kill times; the token keeps a rerun with the same
+        # seed against the same broker and database from meeting the last run's topics,
+        # table and sink state.
+        tag = f"{seed:x}_{uuid.uuid4().hex[:6]}"
         cfg = {
             "bootstrap": bootstrap,
             "in_topic": f"demo-lines-{tag}",
@@ -279,6 +283,7 @@ def run_demo(args: argparse.Namespace) -> int:
         report = {
             "ok": ok,
             "seed": seed,
+            "sink_id": cfg["sink_id"],
             "lines_in": args.lines,
             "words_in": sum(truth.values()),
             "distinct_words": len(truth),

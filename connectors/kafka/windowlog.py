@@ -83,7 +83,16 @@ class WindowLog:
 
     # -- commits ---------------------------------------------------------------------------
     def commit(self, window: int, end: Offsets) -> None:
+        """Mark ``window`` committed, and every older window still unmarked: batches finish
+        in order, and Spark does not call ``commit`` again for a batch whose commit a crash
+        interrupted (after a restart it commits the next batch's end instead)."""
         self.wal.commit(window, {"end": encode_offsets(end, self.multi_cluster)})
+        done = set(self.wal.committed_seqs())
+        for older in self.wal.seqs():
+            if older < window and older not in done:
+                record = self.wal.get(older)
+                if record is not None:
+                    self.wal.commit(older, {"end": record["end"]})
 
     def is_committed(self, window: int) -> bool:
         return self.wal.is_committed(window)

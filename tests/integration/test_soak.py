@@ -111,7 +111,7 @@ def test_random_kills_then_cli_reads_the_real_state(request, kafka_bootstrap, po
         assert sink["duplicates"] == 0 and sink["missing"] == 0, sink
         assert sink["total_got"] == report["words_in"]
 
-    sink_id = "demo-" + f"{report['seed']:x}"
+    sink_id = report["sink_id"]
     # wal show: the source's windows and the Kafka sink's batches, all committed at the end
     wal = _cli("wal", "show", str(workdir / "wal" / "source"))
     entries = [e for log in wal["logs"].values() for e in log["entries"]]
