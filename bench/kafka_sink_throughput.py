@@ -231,12 +231,15 @@ def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
         meta = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "isolation.level": "read_committed"})
         txn, check = [], []
+        fact_at: list[int] = []
         for b in range(rounds):
             started = time.perf_counter()
             producer.begin_transaction()
             producer.produce(data, b"row")
             if design == "side_topic":
-                producer.produce(side, f"b{b}".encode(), b"fact")
+                # A transaction's commit marker takes an offset too: remember the fact's.
+                producer.produce(side, b"fact", f"b{b}".encode(),
+                                 on_delivery=lambda err, m, at=fact_at: at.append(m.offset()))
             else:
                 producer.send_offsets_to_transaction(
                     [TopicPartition(data, 0, b, metadata="{}")],
@@ -248,7 +251,7 @@ def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
                 reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                    "isolation.level": "read_committed",
                                    "enable.partition.eof": True, "fetch.wait.max.ms": 10})
-                reader.assign([TopicPartition(side, 0, b)])  # the fact's offset: b
+                reader.assign([TopicPartition(side, 0, fact_at[-1])])
                 found = False
                 while not found:
                     m = reader.poll(5)

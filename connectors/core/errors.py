@@ -24,6 +24,11 @@ class OptionError(ConnectorError, ValueError):
         self.option = option
 
 
+class UnknownArgumentError(OptionError, TypeError):
+    """A keyword argument the constructor does not take (a ``TypeError``, as Python raises
+    for one, that names the closest valid argument)."""
+
+
 class StorageError(ConnectorError):
     """A filesystem backend (local or HDFS) failed, or a URL names an unsupported store."""
 

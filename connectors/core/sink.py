@@ -185,6 +185,10 @@ class BatchSink(ABC):
     def check_schema(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
         """Driver-side validation before any task runs; raise to fail the batch early."""
 
+    def check_service(self) -> None:  # noqa: B027 - optional hook
+        """Driver-side, after ``check_schema``: the external system answers (within a
+        bounded time) before any task runs; raise one clear error if it does not."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release driver-side resources (connections)."""
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from connectors.core import failpoints
 from connectors.core.errors import FileSinkError, StorageError
+from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import Storage, storage_for
@@ -107,6 +108,7 @@ class FileSink(BatchSink):
 
     family = "files"
 
+    @checked_arguments
     def __init__(
         self,
         path: str,

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from connectors.core import failpoints
 from connectors.core.errors import ConnectorError, JdbcSinkError
+from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
 from connectors.jdbc.dialects import Dialect, dialect_for
 from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
@@ -82,6 +83,7 @@ class JdbcSink(BatchSink):
 
     family = "jdbc"
 
+    @checked_arguments
     def __init__(
         self,
         url: str,

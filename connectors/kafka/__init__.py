@@ -5,12 +5,15 @@ from __future__ import annotations
 
 
 def close_cached_clients() -> None:
-    """Close the Kafka clients this process cached: consumers of the source, producers and
-    admin clients of the sink. For a long-lived process (a driver, a test session) that
-    stops using a cluster: librdkafka clients otherwise keep reconnecting to it, and log
-    each failed attempt, until the process exits. The next read or write creates new ones."""
+    """Close the Kafka clients this process cached: consumers of the source; producers,
+    admin clients and commit-fact clients of the sink. For a long-lived process (a driver,
+    a test session) that stops using a cluster: librdkafka clients otherwise keep
+    reconnecting to it, and log each failed attempt, until the process exits. The next read
+    or write creates new ones."""
     from connectors.kafka.consumer import close_cached_consumers
     from connectors.kafka.producers import close_cached_producers
+    from connectors.kafka.txnfacts import close_cached_fact_writers
 
     close_cached_consumers()
     close_cached_producers()
+    close_cached_fact_writers()

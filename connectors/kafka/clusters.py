@@ -12,24 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
+from connectors.kafka.logs import LIBRDKAFKA_LOG
 from connectors.kafka.offsets import TP, Offsets, tp_name
 from connectors.kafka.options import ClusterSpec, KafkaSourceOptions
-from connectors.kafka.retry import retrying
+from connectors.kafka.retry import retrying, unreachable
 
 log = logging.getLogger(__name__)
-
-
-class _Quiet(logging.Filter):
-    """librdkafka repeats every failed connection attempt (thousands of lines against an
-    unreachable broker): its logs go to Python logging at DEBUG; our errors say what broke."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-
-
-LIBRDKAFKA_LOG = logging.getLogger("connectors.kafka.librdkafka")
-LIBRDKAFKA_LOG.addFilter(_Quiet())
 
 
 class Clusters:
@@ -124,13 +112,8 @@ class Clusters:
         try:
             self.admin(c).list_topics(timeout=timeout)
         except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
-            raise KafkaSourceError(
-                f"eo_kafka: cannot reach Kafka at {c.bootstrap} within connectTimeout="
-                f"{timeout:g}s ({e}). Likely causes: the brokers are down or unreachable "
-                "from the Spark driver (host, port, firewall, advertised.listeners); a "
-                "TLS/SASL mismatch (kafka.security.protocol, kafka.sasl.mechanism); or "
-                "failed authentication (kafka.sasl.username/password)"
-            ) from None
+            raise KafkaSourceError(unreachable("eo_kafka", c.bootstrap, timeout, e,
+                                               where="from the Spark driver")) from None
         self._reached.add(c.name)
 
     def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:

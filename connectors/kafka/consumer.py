@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import KafkaSourceError
+from connectors.kafka.logs import LIBRDKAFKA_LOG
 from connectors.kafka.offsets import OffsetRange, report_data_loss
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def cached_consumer(conf: Mapping[str, str]) -> Any:
         if len(_CONSUMERS) >= _MAX_CACHED:
             _, old = _CONSUMERS.popitem()
             _close_quietly(old)
-        consumer = Consumer(dict(conf))
+        consumer = Consumer({**conf, "logger": LIBRDKAFKA_LOG})
         _CONSUMERS[key] = consumer
     return consumer
 
@@ -383,8 +384,9 @@ def sample_record_bytes(
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    sample_conf = dict(conf)
+    sample_conf: dict[str, Any] = dict(conf)
     sample_conf["auto.offset.reset"] = "earliest"
+    sample_conf["logger"] = LIBRDKAFKA_LOG
     consumer = Consumer(sample_conf)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])

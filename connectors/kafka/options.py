@@ -30,6 +30,8 @@ from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
 
 FAMILY = "eo_kafka"
 DEFAULT_GROUP_PREFIX = "eo-kafka-source"
+#: Seconds the first request to a cluster may take (option ``connectTimeout``).
+DEFAULT_CONNECT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class KafkaSinkOptions:
     flush_timeout: float = 300.0
     scan_timeout: float = 120.0
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    fail_on_unknown_topic: bool = False
 
     @classmethod
     def create(
@@ -65,6 +69,8 @@ class KafkaSinkOptions:
         scan_timeout: float,
         metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
         recovery_key_headers: bool = False,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        fail_on_unknown_topic: bool = False,
     ) -> KafkaSinkOptions:
         """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
         if not sink_id or not str(sink_id).strip():
@@ -93,6 +99,8 @@ class KafkaSinkOptions:
             flush_timeout=float(flush_timeout),
             scan_timeout=float(scan_timeout),
             metadata_retry_timeout=float(metadata_retry_timeout),
+            connect_timeout=_positive(connect_timeout, "connect_timeout"),
+            fail_on_unknown_topic=bool(fail_on_unknown_topic),
         )
 
     @classmethod
@@ -113,18 +121,29 @@ class KafkaSinkOptions:
             unsafe=r.boolean("unsafe", False),
             flush_timeout=r.duration("flushTimeout", 300.0, minimum=1) or 300.0,
             scan_timeout=r.duration("scanTimeout", 120.0, minimum=1) or 120.0,
-            metadata_retry_timeout=_retry_timeout(r),
+            metadata_retry_timeout=_seconds(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0),
             recovery_key_headers=r.boolean("recoveryKeyHeaders", False),
+            connect_timeout=_seconds(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1),
+            fail_on_unknown_topic=r.boolean("failOnUnknownTopic", False),
         )
         r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
         return parsed
 
 
-def _retry_timeout(r: OptionReader) -> float:
-    """``metadataRetryTimeout``: how long metadata, ListOffsets and group-offset requests are
-    asked again on transient errors (a leader election, a coordinator loading)."""
-    value = r.duration("metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, minimum=0)
-    return DEFAULT_RETRY_TIMEOUT if value is None else float(value)
+def _seconds(r: OptionReader, name: str, default: float, minimum: float) -> float:
+    """A duration option in seconds: ``metadataRetryTimeout`` (how long metadata, ListOffsets
+    and group-offset requests are asked again on transient errors), ``connectTimeout`` (the
+    bound on the first request to a cluster)."""
+    value = r.duration(name, default, minimum=minimum)
+    return default if value is None else float(value)
+
+
+def _positive(value: Any, name: str) -> float:
+    number = float(value) if isinstance(value, (int, float)) else -1.0
+    if not number > 0:
+        raise OptionError(f"{FAMILY}: argument {name!r} must be a number of seconds > 0, got "
+                          f"{value!r}", option=name)
+    return number
 
 
 # -- the source ------------------------------------------------------------------------------
@@ -239,7 +258,7 @@ class KafkaSourceOptions:
     timestamp_strategy: str = "error"
     arrow_batch_records: int = 20000
     #: ``connectTimeout``: the bound on the first request to each cluster
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT
     #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
     window: int | None = None
 
@@ -321,8 +340,8 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
-        retry_timeout = _retry_timeout(r)
-        connect_timeout = r.duration("connectTimeout", 30.0, minimum=0.1)
+        retry_timeout = _seconds(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0)
+        connect_timeout = _seconds(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1)
         r.warn_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
@@ -340,7 +359,7 @@ class KafkaSourceOptions:
             wal_path=wal_path,
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
             metadata_retry_timeout=retry_timeout,
-            connect_timeout_s=float(connect_timeout or 30.0),
+            connect_timeout_s=connect_timeout,
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,

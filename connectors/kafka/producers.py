@@ -19,6 +19,7 @@ from typing import Any
 
 from connectors.core.errors import OptionError
 from connectors.core.options import RedactedDict
+from connectors.kafka.logs import LIBRDKAFKA_LOG
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ def consumer_config(
             # At the end of a partition the broker parks a fetch for fetch.wait.max.ms
             # (500 ms by default) before librdkafka can report EOF; a scan ends there.
             "fetch.wait.max.ms": 10,
+            "logger": LIBRDKAFKA_LOG,
         }
     )
     return conf
@@ -182,6 +184,7 @@ class ProducerSlot:
                 str(full["delivery.report.only.error"]).strip().lower() in _TRUE
             )
         full["on_delivery"] = self._on_delivery
+        full["logger"] = LIBRDKAFKA_LOG
         self.producer = Producer(full)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
@@ -198,15 +201,23 @@ def _conf_key(conf: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in conf.items()))
 
 
-def admin(conf: Mapping[str, str]) -> Any:
-    """The worker's admin client for a producer configuration (metadata, ListOffsets)."""
-    key = _conf_key(conf)
+def admin(conf: Mapping[str, str], auto_create: bool = False) -> Any:
+    """The worker's admin client for a producer configuration (metadata, ListOffsets).
+
+    Its metadata requests create a missing topic (when the broker allows it) only with
+    ``auto_create``: librdkafka's admin client is a producer handle, for which
+    ``allow.auto.create.topics`` defaults to true."""
+    key = (*_conf_key(conf), ("\0auto_create", str(auto_create)))
     with _CACHE_LOCK:
         client = _ADMINS.get(key)
         if client is None:
             from confluent_kafka.admin import AdminClient
 
-            client = AdminClient({k: v for k, v in conf.items() if k not in _PRODUCER_ONLY})
+            admin_conf: dict[str, Any] = {k: v for k, v in conf.items()
+                                          if k not in _PRODUCER_ONLY}
+            admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
+            admin_conf["logger"] = LIBRDKAFKA_LOG
+            client = AdminClient(admin_conf)
             _ADMINS[key] = client
         return client
 
@@ -258,16 +269,23 @@ def close_producer(producer: Any, timeout: float) -> None:
 
 
 
-def transactional_producer(conf: Mapping[str, str], sink_id: str, writer: int,
-                           timeout: float) -> ProducerSlot:
-    """A producer for one task attempt of ``(sink_id, writer)``: ``init_transactions``
-    fences every older producer with this transactional.id (a zombie attempt) and aborts
-    its open transaction, before this attempt scans or writes."""
+def transactional_producer(conf: Mapping[str, str], sink_id: str, writer: int) -> ProducerSlot:
+    """A producer for one task attempt of ``(sink_id, writer)``, not yet initialised (it
+    connects in the background; :func:`init_transactions` follows)."""
     full = dict(conf)
     full["transactional.id"] = transactional_id(sink_id, writer)
-    slot = ProducerSlot(full)
+    return ProducerSlot(full)
+
+
+def init_transactions(slot: ProducerSlot, timeout: float) -> None:
+    """``init_transactions``: fences every older producer with this transactional.id (a
+    zombie attempt) and completes or aborts its open transaction."""
+    # A metadata request first: it waits for a broker connection. init_transactions on a
+    # client with none up yet finds no broker to ask for its transaction coordinator and
+    # tries again only after librdkafka's 500 ms timer, which half of all task attempts
+    # paid (bench/kafka_sink_throughput.py, "txn_task_setup_ms").
+    slot.producer.list_topics(timeout=timeout)
     slot.producer.init_transactions(timeout)
-    return slot
 
 
 def _stringify(value: Any) -> str:

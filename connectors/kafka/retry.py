@@ -104,3 +104,15 @@ def retrying(
             log.info("%s: transient error (attempt %d), asking again: %s", what, attempt, e)
             time.sleep(min(backoff, left))
             backoff = min(backoff * 2, max_backoff)
+
+
+def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException,
+                where: str = "from here") -> str:
+    """The one error of a cluster that did not answer the first request within
+    ``connectTimeout``: the bootstrap servers and the likely causes (no secrets)."""
+    return (
+        f"{who}: cannot reach Kafka at {bootstrap} within connectTimeout={timeout:g}s "
+        f"({error}). Likely causes: the brokers are down or unreachable {where} (host, "
+        "port, firewall, advertised.listeners); a TLS/SASL mismatch (kafka.security.protocol, "
+        "kafka.sasl.mechanism); or failed authentication (kafka.sasl.username/password)"
+    )

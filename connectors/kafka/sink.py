@@ -22,10 +22,11 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.core import failpoints
+from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
-from connectors.kafka import recovery
+from connectors.kafka import recovery, targets
 from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import (  # noqa: F401 - public names of this module
     PRODUCER_DEFAULTS,
@@ -91,6 +92,7 @@ class KafkaSink(BatchSink):
 
     family = FAMILY
 
+    @checked_arguments
     def __init__(
         self,
         sink_id: str,
@@ -106,13 +108,16 @@ class KafkaSink(BatchSink):
         scan_timeout: float = 120.0,
         metadata_retry_timeout: float = 60.0,
         recovery_key_headers: bool = False,
+        connect_timeout: float = 30.0,
+        fail_on_unknown_topic: bool = False,
     ) -> None:
         self._init(KafkaSinkOptions.create(
             sink_id, wal_path, bootstrap_servers=bootstrap_servers, topic=topic,
             kafka_options=kafka_options, deterministic_order=deterministic_order,
             transactional=transactional, unsafe=unsafe, flush_timeout=flush_timeout,
             scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout,
-            recovery_key_headers=recovery_key_headers))
+            recovery_key_headers=recovery_key_headers, connect_timeout=connect_timeout,
+            fail_on_unknown_topic=fail_on_unknown_topic))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:
@@ -123,6 +128,7 @@ class KafkaSink(BatchSink):
         self.options = options  # also read as attributes: sink.sink_id, sink.topic, ...
         self._wal: SinkState | None = None
         self._identity_checked = False
+        self._cluster_checked = False
 
     @property
     def zombie_risk(self) -> str | None:
@@ -166,6 +172,16 @@ class KafkaSink(BatchSink):
             state.claim(self.sink_id)
             state.check_owner(FAMILY, self.sink_id)  # a concurrent claim won
             self._identity_checked = True
+
+    def check_service(self) -> None:
+        """The cluster answers within ``connectTimeout``, and the ``topic`` option names a
+        topic that exists (or that the broker may create, with a warning): one clear error
+        before any task runs."""
+        if not self._cluster_checked:
+            targets.check_reachable(self.options)
+            if self.topic is not None:
+                targets.partition_counts(self.options, [self.topic])
+            self._cluster_checked = True
 
     def admit(self, batch_id: int) -> bool:
         """Ownership of walPath, then the batch order (``SinkState.admit``)."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,18 +76,56 @@ class CommitFact:
 
 def read_fact(conf: Any, sink_id: str, writer: int, topics: list[str], batch_id: int,
               timeout: float) -> CommitFact | None:
-    """The fact of (batch_id, writer) when its transaction committed, else None (a
-    one-off :class:`FactWriter`)."""
-    facts = FactWriter(conf, sink_id, writer)
-    try:
-        return facts.read(topics, batch_id, timeout)
-    finally:
+    """The fact of (batch_id, writer) when its transaction committed, else None."""
+    return fact_writer(conf, sink_id, writer).read(topics, batch_id, timeout)
+
+
+# -- per-worker cache: a FactWriter per (producer configuration, group) ------------------------
+#: A new client costs a connection set-up (~60 ms on loopback) per task attempt; a worker
+#: keeps the fact clients of the writer partitions it served last.
+MAX_CACHED = 16
+_LOCK = threading.Lock()
+_CACHE: OrderedDict[tuple[Any, ...], FactWriter] = OrderedDict()
+
+
+def fact_writer(conf: Any, sink_id: str, writer: int) -> FactWriter:
+    """The worker's :class:`FactWriter` of (sink_id, writer), created on first use."""
+    key = (tuple(sorted((k, str(v)) for k, v in conf.items())), sink_id, writer)
+    evicted: list[FactWriter] = []
+    with _LOCK:
+        facts = _CACHE.get(key)
+        if facts is None:
+            facts = FactWriter(conf, sink_id, writer)
+            _CACHE[key] = facts
+            while len(_CACHE) > MAX_CACHED:
+                evicted.append(_CACHE.popitem(last=False)[1])
+        else:
+            _CACHE.move_to_end(key)
+    for old in evicted:
+        old.close()
+    return facts
+
+
+def drop_fact_writer(facts: FactWriter) -> None:
+    """Forget (and close) a fact client after an error left it in an unknown state."""
+    with _LOCK:
+        for key, cached in list(_CACHE.items()):
+            if cached is facts:
+                del _CACHE[key]
+    facts.close()
+
+
+def close_cached_fact_writers() -> None:
+    with _LOCK:
+        cached = list(_CACHE.values())
+        _CACHE.clear()
+    for facts in cached:
         facts.close()
 
 
 class FactWriter:
     """Reads a writer's commit fact, and adds the next one to the open transaction of a
-    producer. One per task attempt (a consumer that never joins the group)."""
+    producer: a consumer that never joins the group, cached per worker (``fact_writer``)."""
 
     def __init__(self, conf: Any, sink_id: str, writer: int) -> None:
         from confluent_kafka import Consumer

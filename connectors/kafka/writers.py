@@ -33,10 +33,10 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka import producers, recovery, txnfacts
+from connectors.kafka import producers, recovery, targets, txnfacts
 from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import ProducerSlot
-from connectors.kafka.retry import is_transient, retrying
+from connectors.kafka.retry import retrying
 from connectors.kafka.rows import Routing, Rows, deterministic_order, route, shape
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,6 @@ FP_MID_PRODUCE = "kafka_sink.mid_produce"
 FP_AFTER_FLUSH = "kafka_sink.after_flush"
 FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
 
-#: Seconds a target topic may be unknown to the broker's metadata before the task fails
-#: (a topic created a moment ago is not in every broker's metadata cache yet).
-UNKNOWN_TOPIC_GRACE = 10.0
 
 
 @dataclass
@@ -100,15 +97,16 @@ class KafkaWriter:
         table = pa.Table.from_batches(chunks) if chunks else None
         if table is None or table.num_rows == 0:
             return report
-        if self.ordered and not self.options.deterministic_order:
-            table = deterministic_order(table)
-        rows = shape(table, self.options.topic, self.sink_id)
-        report.rows = rows.n
-        routing = route(rows, self.partition_counts(rows.topics), self.sink_id)
+        # The producer first: a new client connects while the rows are shaped and routed.
         slot = self.open_producer()
         try:
+            if self.ordered and not self.options.deterministic_order:
+                table = deterministic_order(table)
+            rows = shape(table, self.options.topic, self.sink_id)
+            report.rows = rows.n
+            routing = route(rows, self.partition_counts(rows.topics), self.sink_id)
             # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
-            skip = self.recover(rows, routing)
+            skip = self.recover(rows, routing, slot)
             if report.already_committed:
                 return report
             # 3. Produce in seq order, flush, fail on any delivery error.
@@ -141,7 +139,7 @@ class KafkaWriter:
         """The partition count of every target topic, which routing depends on."""
         return self.fetch_partition_counts(topics)
 
-    def recover(self, rows: Rows, routing: Routing) -> np.ndarray | None:
+    def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
         """Step 2: a mask of the rows already written (None: write them all)."""
         return None
 
@@ -242,43 +240,7 @@ class KafkaWriter:
             )
 
     def fetch_partition_counts(self, topics: list[str]) -> dict[str, int]:
-        from confluent_kafka import KafkaError, KafkaException
-
-        admin = producers.admin(self.options.producer_conf)
-        out: dict[str, int] = {}
-        for t in topics:
-
-            def metadata(t: str = t) -> Any:
-                info = admin.list_topics(topic=t, timeout=30).topics.get(t)
-                if info is not None and info.error is not None and is_transient(
-                        KafkaException(info.error)):
-                    # A topic created a moment ago has no leader yet: ask again.
-                    raise KafkaException(info.error)
-                return info
-
-            # A topic created a moment ago can be unknown to the broker's metadata cache
-            # for a little while (KRaft propagates it asynchronously): ask again for up to
-            # UNKNOWN_TOPIC_GRACE seconds before calling it missing.
-            grace = time.monotonic() + UNKNOWN_TOPIC_GRACE
-            while True:
-                info = retrying(metadata,
-                                what=f"{FAMILY} {self.sink_id}: metadata of topic {t!r}",
-                                error=KafkaSinkError,
-                                timeout=self.options.metadata_retry_timeout)
-                unknown = (info is None or (info.error is not None and info.error.code()
-                                            == KafkaError.UNKNOWN_TOPIC_OR_PART))
-                if not unknown or time.monotonic() > grace:
-                    break
-                time.sleep(0.2)
-            if info is None or info.error is not None or not info.partitions:
-                why = info.error if info is not None else "unknown topic"
-                raise KafkaSinkError(
-                    f"{FAMILY} {self.sink_id}: target topic {t!r} is not available ({why}); "
-                    "create it first (the sink routes every record itself and needs the "
-                    "topic's partition count)"
-                )
-            out[t] = len(info.partitions)
-        return out
+        return targets.partition_counts(self.options, topics)
 
     def watermarks(self, tps: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
         """High watermarks ("latest") of the target partitions, before anything is produced
@@ -339,7 +301,7 @@ class RecoveryKeyWriter(KafkaWriter):
             counts.update(self.fetch_partition_counts(missing))
         return counts
 
-    def recover(self, rows: Rows, routing: Routing) -> np.ndarray | None:
+    def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
         b, w = self.task.batch_id, self.task.writer_id
         if self.marker is None:
             # 2. First attempt: the marker goes down before the first record does.
@@ -440,15 +402,22 @@ class TransactionalWriter(KafkaWriter):
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
 
     def open_producer(self) -> ProducerSlot:
+        # Both clients are created here and connect in the background while the rows are
+        # shaped; recover() then fences and reads.
+        self.facts = txnfacts.fact_writer(self.options.producer_conf, self.sink_id,
+                                          self.task.writer_id)
         return producers.transactional_producer(
-            self.options.producer_conf, self.sink_id, self.task.writer_id,
-            self.options.flush_timeout)
+            self.options.producer_conf, self.sink_id, self.task.writer_id)
 
-    def recover(self, rows: Rows, routing: Routing) -> np.ndarray | None:
-        b, w = self.task.batch_id, self.task.writer_id
+    def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
+        b = self.task.batch_id
         self.topics = list(rows.topics)
         began = time.perf_counter()
-        self.facts = txnfacts.FactWriter(self.options.producer_conf, self.sink_id, w)
+        # Fence first: init_transactions completes or aborts an earlier attempt's open
+        # transaction, so the fact read below sees its outcome.
+        producers.init_transactions(slot, self.options.flush_timeout)
+        if self.facts is None:
+            raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         fact = self.facts.read(self.topics, b, self.options.metadata_retry_timeout)
         report = self.report
         report.scan_seconds = time.perf_counter() - began
@@ -459,7 +428,8 @@ class TransactionalWriter(KafkaWriter):
             report.skipped = fact.rows
             report.partitions = fact.partitions
             log.info("%s %s: batch %d writer %d: an earlier attempt committed %d rows; this "
-                     "one writes nothing", FAMILY, self.sink_id, b, w, fact.rows)
+                     "one writes nothing", FAMILY, self.sink_id, b, self.task.writer_id,
+                     fact.rows)
         return None
 
     def begin(self, slot: ProducerSlot) -> None:
@@ -478,6 +448,9 @@ class TransactionalWriter(KafkaWriter):
         failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
 
     def on_failure(self, slot: ProducerSlot) -> None:
+        if self.facts is not None:
+            txnfacts.drop_fact_writer(self.facts)  # its state is unknown after an error
+            self.facts = None
         if not self.in_txn:
             return
         try:
@@ -490,8 +463,6 @@ class TransactionalWriter(KafkaWriter):
         # A transactional producer serves one task attempt: release it now, not whenever
         # the garbage collector gets to it (a failed attempt's producer is kept alive by
         # the exception's traceback).
-        if self.facts is not None:
-            self.facts.close()
         producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
 
 

@@ -105,6 +105,7 @@ def _commit(sink: BatchSink, batch_id: int, staged: Sequence[Any]) -> None:
 def check_sink(sink: BatchSink, schema: pa.Schema, session: Any = None) -> None:
     """Driver-side checks before any task runs: the sink's own, then Spark's settings."""
     sink.check_schema(schema)
+    sink.check_service()
     warn_if_speculative(sink, session)
 
 

@@ -30,6 +30,7 @@ from connectors.core.errors import (
     OptionError,
     SinkOwnershipError,
     StorageError,
+    UnknownArgumentError,
 )
 from connectors.core.sink import TaskInfo
 from connectors.files.sink import FileSink
@@ -65,6 +66,7 @@ class Env:
             f.write("not a directory\n")
         self.pg_tables: list[str] = []
         self.topic: str | None = None
+        self.missing_topic: str | None = None  # a topic the case must not create
         self.baseline: dict[str, Any] = {}
 
     # -- services -----------------------------------------------------------------------------
@@ -169,6 +171,13 @@ def snapshot(env: Env) -> dict[str, Any]:
         state["files"] = (sorted(visible), [c for c in commits if c.endswith(".commit")])
         staging = os.path.join(env.out, "_eo_staging")
         state["staged"] = sorted(os.listdir(staging)) if os.path.isdir(staging) else []
+    if env.missing_topic is not None:
+        from confluent_kafka.admin import AdminClient
+
+        # All topics, none named: a metadata request that names none creates none.
+        admin = AdminClient({"bootstrap.servers": env.kafka})
+        if env.missing_topic in admin.list_topics(timeout=10).topics:
+            state["created_topic"] = env.missing_topic
     commits = os.path.join(env.wal, "commits")
     if os.path.isdir(commits):
         state["wal"] = sorted(os.listdir(commits))
@@ -227,6 +236,19 @@ def kwin(e: Env, **kw: Any) -> Any:
 
 def ksink(e: Env, schema: pa.Schema = VALUE, **kw: Any) -> Any:
     KafkaSink.from_options(e.ksink(**kw)).check_schema(schema)
+
+
+def ksink_service(e: Env, **kw: Any) -> Any:
+    """The driver's checks before any task: the schema, then the cluster and topic."""
+    sink = KafkaSink.from_options(e.ksink(**kw))
+    sink.check_schema(VALUE)
+    sink.check_service()
+
+
+def ksink_unknown_topic(e: Env) -> None:
+    e.missing_topic = f"missing-{uuid.uuid4().hex[:8]}"
+    ksink_service(e, topic=e.missing_topic, failOnUnknownTopic="true",
+                  **{"kafka.bootstrap.servers": e.kafka, "kafka.sasl.password": "DROP"})
 
 
 def jdbc(e: Env, **kw: Any) -> Any:
@@ -294,8 +316,10 @@ def spark_kafka_load(e: Env, **kw: Any) -> None:
     spark_call(lambda: e.spark.readStream.format("eo_kafka").options(**e.ksrc(**kw)).load())
 
 
-def spark_write(e: Env, fmt: str, opts: dict[str, str]) -> None:
+def spark_write(e: Env, fmt: str, opts: dict[str, str], value: bool = False) -> None:
     df = e.spark.range(3)
+    if value:
+        df = df.selectExpr("cast(id as string) as value")
     spark_call(lambda: df.write.format(fmt).options(**opts).option("batchId", "0")
                .mode("append").save())
 
@@ -385,9 +409,23 @@ CASES = [
       "owner-a", "intruder-b"),
     C("ksink-new-checkpoint", kafka_regress, BatchOrderError, "batch 0", "last committed batch 2",
       "new checkpoint", "sink reset --wal-path"),
+    C("ksink-unreachable-broker", lambda e: ksink_service(e, connectTimeout="2s"),
+      KafkaSinkError, "127.0.0.1:9", "connectTimeout", "TLS/SASL", within=6),
+    C("ksink-spark-unreachable", lambda e: spark_write(e, "eo_kafka", e.ksink(
+        connectTimeout="2s"), value=True), SparkFailed, "127.0.0.1:9", "connectTimeout",
+      within=30),
+    C("ksink-bad-connectTimeout", lambda e: ksink(e, connectTimeout="0"), OptionError,
+      "connectTimeout", ">= 0.1"),
+    C("ksink-unknown-topic-refused", ksink_unknown_topic, KafkaSinkError, "missing-",
+      "does not exist", "failOnUnknownTopic", within=20),
+    C("ksink-kwarg-typo", lambda e: KafkaSink(e.sink_id, e.wal, transactionl=True),
+      UnknownArgumentError, "transactionl", "did you mean 'transactional'"),
     C("ksink-spark-typo", lambda e: spark_write(e, "eo_kafka", e.ksink(transactionl="true")),
       SparkFailed, "transactionl", "did you mean 'transactional'", within=60),
     # -- eo_jdbc --------------------------------------------------------------------------------
+    C("jdbc-kwarg-typo", lambda e: JdbcSink(f"sqlite:///{e.db}", "t", e.sink_id,
+                                            create_tabel=True),
+      UnknownArgumentError, "create_tabel", "did you mean 'create_table'"),
     C("jdbc-no-url", lambda e: jdbc(e, url="DROP"), OptionError, "url", "SQLAlchemy URL"),
     C("jdbc-unknown-driver", lambda e: jdbc(e, url=f"postgresql+nosuch://eo:{SECRET}@h/db"),
       OptionError, "url", "nosuch", "postgresql+psycopg"),
@@ -421,6 +459,8 @@ CASES = [
     C("jdbc-spark-no-sink-id", lambda e: spark_write(e, "eo_jdbc", e.jdbc(sink_id="DROP")),
       SparkFailed, "sink_id", within=60),
     # -- eo_files -------------------------------------------------------------------------------
+    C("files-kwarg-typo", lambda e: FileSink(e.out, partitionBy="day"), UnknownArgumentError,
+      "partitionBy", "did you mean 'partition_by'"),
     C("files-no-path", lambda e: files(e, path="DROP"), OptionError, "path", "hdfs://"),
     C("files-path-is-file", lambda e: files(e, path=e.file), OptionError, "path", "is a file",
       "directory"),

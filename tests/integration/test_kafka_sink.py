@@ -248,3 +248,37 @@ def test_writes_right_after_the_topic_is_created(kafka_bootstrap, tmp_path):
         assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)],
                      [f"v{i}".encode() for i in range(200)])
         admin.delete_topics([topic])
+
+
+def test_an_unknown_target_topic_is_created_by_the_broker_with_one_warning(
+        kafka_bootstrap, tmp_path, caplog):
+    topic = f"auto-{uuid.uuid4().hex[:8]}"
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    schema = pa.schema([("value", pa.binary())])
+    sink.check_schema(schema)
+    with caplog.at_level("WARNING", logger="connectors"):
+        sink.check_service()
+        batch = pa.record_batch({"value": [f"v{i}".encode() for i in range(50)]})
+        sink.commit(0, [sink.stage(TaskInfo(0, 0), iter([batch]))])
+    warnings = [r for r in caplog.records if topic in r.getMessage()]
+    assert len(warnings) == 1 and "failOnUnknownTopic" in warnings[0].getMessage()
+    assert sorted(m.value() for m in read_topic(kafka_bootstrap, topic)) == sorted(
+        f"v{i}".encode() for i in range(50))
+
+
+def test_fail_on_unknown_topic_refuses_a_topic_column_and_creates_nothing(
+        kafka_bootstrap, new_topic, tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    from connectors.core.errors import KafkaSinkError
+
+    known, missing = new_topic(partitions=2), f"absent-{uuid.uuid4().hex[:8]}"
+    sink = _sink(kafka_bootstrap, tmp_path, None, fail_on_unknown_topic=True)
+    batch = pa.record_batch({"value": [b"a", b"b"], "topic": [known, missing]})
+    sink.check_schema(batch.schema)
+    sink.check_service()
+    with pytest.raises(KafkaSinkError, match=f"{missing}.*does not exist.*failOnUnknownTopic"):
+        sink.stage(TaskInfo(0, 0), iter([batch]))
+    assert missing not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(
+        timeout=10).topics
+    assert read_topic(kafka_bootstrap, known) == []

@@ -1,0 +1,116 @@
+"""The sink's view of its cluster: can it be reached, do the target topics exist, how many
+partitions do they have (routing depends on it).
+
+A target topic that does not exist is looked up without creating it. By default the sink
+then warns once per topic and process and lets the broker create it with its defaults (when
+``auto.create.topics.enable`` allows it, as Spark's own Kafka sink does); with
+``failOnUnknownTopic=true`` it fails instead, naming the topic, and nothing is created.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from connectors.core.errors import KafkaSinkError
+from connectors.kafka import producers
+from connectors.kafka.options import KafkaSinkOptions
+from connectors.kafka.retry import is_transient, retrying, unreachable
+
+log = logging.getLogger(__name__)
+
+FAMILY = "eo_kafka"
+
+#: Seconds a target topic may be unknown to the broker's metadata before the sink calls it
+#: missing (a topic created a moment ago is not in every broker's metadata cache yet).
+UNKNOWN_TOPIC_GRACE = 10.0
+#: The same, before the default mode warns and lets the broker create the topic.
+UNKNOWN_TOPIC_GRACE_WARN = 2.0
+
+_WARNED: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def check_reachable(options: KafkaSinkOptions) -> None:
+    """The first request to the cluster, bounded by ``connectTimeout``: an unreachable or
+    misconfigured cluster fails in that time with one error naming the bootstrap servers
+    and the likely causes."""
+    timeout = options.connect_timeout
+    try:
+        producers.admin(options.producer_conf).list_topics(timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
+        raise KafkaSinkError(unreachable(
+            f"{FAMILY} sink {options.sink_id}", options.producer_conf.get("bootstrap.servers"),
+            timeout, e)) from None
+
+
+def partition_counts(options: KafkaSinkOptions, topics: list[str]) -> dict[str, int]:
+    """The partition count of every target topic; a missing one is created by the broker
+    (with a warning) or refused (``failOnUnknownTopic=true``)."""
+    out: dict[str, int] = {}
+    for t in topics:
+        grace = UNKNOWN_TOPIC_GRACE if options.fail_on_unknown_topic else UNKNOWN_TOPIC_GRACE_WARN
+        info = _await_topic(options, t, grace, auto_create=False)
+        if info is None:
+            if options.fail_on_unknown_topic:
+                raise KafkaSinkError(
+                    f"{FAMILY} sink {options.sink_id}: target topic {t!r} does not exist and "
+                    "failOnUnknownTopic=true; create it first (for example kafka-topics.sh "
+                    f"--create --topic {t} --partitions N), or drop failOnUnknownTopic to let "
+                    "the broker create it with its default settings"
+                )
+            _warn_creating(options, t)
+            info = _await_topic(options, t, UNKNOWN_TOPIC_GRACE, auto_create=True)
+        if info is None or info.error is not None or not info.partitions:
+            why = info.error if info is not None else "unknown topic"
+            raise KafkaSinkError(
+                f"{FAMILY} sink {options.sink_id}: target topic {t!r} is not available "
+                f"({why}); create it first (the sink routes every record itself and needs the "
+                "topic's partition count), or enable auto.create.topics.enable on the broker"
+            )
+        out[t] = len(info.partitions)
+    return out
+
+
+def _await_topic(options: KafkaSinkOptions, topic: str, grace: float,
+                 auto_create: bool) -> Any:
+    """The topic's metadata, asked again for up to ``grace`` seconds while the broker calls
+    it unknown (KRaft propagates a new topic asynchronously); None if it stays unknown."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    admin = producers.admin(options.producer_conf, auto_create=auto_create)
+
+    def metadata() -> Any:
+        info = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
+        if info is not None and info.error is not None and is_transient(
+                KafkaException(info.error)):
+            # A topic created a moment ago has no leader yet: ask again.
+            raise KafkaException(info.error)
+        return info
+
+    deadline = time.monotonic() + grace
+    while True:
+        info = retrying(metadata, what=f"{FAMILY} sink {options.sink_id}: metadata of topic "
+                                       f"{topic!r}",
+                        error=KafkaSinkError, timeout=options.metadata_retry_timeout)
+        unknown = info is None or (info.error is not None
+                                   and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
+        if not unknown:
+            return info
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def _warn_creating(options: KafkaSinkOptions, topic: str) -> None:
+    key = (str(options.producer_conf.get("bootstrap.servers")), topic)
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    log.warning("%s sink %s: target topic %r does not exist; the broker creates it with its "
+                "default partition count and settings (auto.create.topics.enable). Create it "
+                "yourself first, or set failOnUnknownTopic=true to refuse unknown topics",
+                FAMILY, options.sink_id, topic)
