@@ -70,6 +70,13 @@ _PRODUCER_ONLY = frozenset(
     }
 )
 
+#: ``reconnect.backoff.ms`` of clients made per task attempt, unless the user sets it. After
+#: its first metadata answer a new librdkafka client drops the bootstrap connection and
+#: opens one to the broker it learned, which waits half the backoff: 50 ms with librdkafka's
+#: 100 ms default, 10 ms with this (a transactional task's set-up: ~62 ms -> ~21 ms on
+#: loopback). Reconnects still back off exponentially to reconnect.backoff.max.ms.
+SHORT_LIVED_RECONNECT_BACKOFF_MS = "20"
+
 _ACKS_SAFE = {"all", "-1"}
 _TRUE = {"true", "1", "yes", "on"}
 
@@ -274,6 +281,7 @@ def transactional_producer(conf: Mapping[str, str], sink_id: str, writer: int) -
     connects in the background; :func:`init_transactions` follows)."""
     full = dict(conf)
     full["transactional.id"] = transactional_id(sink_id, writer)
+    full.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
     return ProducerSlot(full)
 
 

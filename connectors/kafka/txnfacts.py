@@ -133,6 +133,8 @@ class FactWriter:
         self.group = group_id(sink_id, writer)
         consumer_conf = producers.consumer_config(conf, sink_id, "read_committed")
         consumer_conf["group.id"] = self.group
+        consumer_conf.setdefault("reconnect.backoff.ms",
+                                 producers.SHORT_LIVED_RECONNECT_BACKOFF_MS)
         # Never joins the group: it fetches the group's committed offset (read_committed
         # makes librdkafka ask with require_stable) and lends send_offsets_to_transaction
         # the group's metadata (generation -1, no member id), which the broker accepts for
