@@ -20,6 +20,7 @@ type, chosen once per task by ``KafkaSink.stage``:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -82,17 +83,10 @@ class KafkaWriter:
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         began = time.perf_counter()
-        b, w = self.task.batch_id, self.task.writer_id
+        b = self.task.batch_id
         report = self.report
         chunks = list(batches)
-        # 1. A committed batch writes nothing (a replay after the driver crashed between our
-        #    commit and Spark's own commit log).
-        #    Ownership and the batch order come first (SinkState.admit): another sink's
-        #    commit of batch b, or a lower batch id, must not pass for a replay.
-        if not self.state.admit(FAMILY, self.sink_id, b, recovery.RESET_COMMAND):
-            log.info("%s %s: batch %d already committed; writer %d writes nothing",
-                     FAMILY, self.sink_id, b, w)
-            report.already_committed = True
+        if not self.admitted():
             return report
         table = pa.Table.from_batches(chunks) if chunks else None
         if table is None or table.num_rows == 0:
@@ -126,9 +120,27 @@ class KafkaWriter:
             raise
         finally:
             self.release(slot)
+        return self.finish(began)
+
+    def admitted(self) -> bool:
+        """1. A committed batch writes nothing (a replay after the driver crashed between our
+        commit and Spark's own commit log). Ownership and the batch order come first
+        (SinkState.admit): another sink's commit of batch b, or a lower batch id, must not
+        pass for a replay."""
+        b, w = self.task.batch_id, self.task.writer_id
+        if self.state.admit(FAMILY, self.sink_id, b, recovery.RESET_COMMAND):
+            return True
+        log.info("%s %s: batch %d already committed; writer %d writes nothing",
+                 FAMILY, self.sink_id, b, w)
+        self.report.already_committed = True
+        return False
+
+    def finish(self, began: float) -> TaskReport:
+        report = self.report
         report.seconds = time.perf_counter() - began
         log.info("%s %s: batch %d writer %d produced %d, skipped %d in %.2fs", FAMILY,
-                 self.sink_id, b, w, report.produced, report.skipped, report.seconds)
+                 self.sink_id, self.task.batch_id, self.task.writer_id, report.produced,
+                 report.skipped, report.seconds)
         return report
 
     # -- hooks of a delivery mode ------------------------------------------------------------
@@ -154,7 +166,7 @@ class KafkaWriter:
     def begin(self, slot: ProducerSlot) -> None:
         """Before the first record."""
 
-    def complete(self, slot: ProducerSlot, rows: Rows, report: TaskReport) -> None:
+    def complete(self, slot: ProducerSlot, rows: Rows | None, report: TaskReport) -> None:
         """After the flush: make the attempt's records final."""
 
     def on_failure(self, slot: ProducerSlot) -> None:
@@ -164,8 +176,10 @@ class KafkaWriter:
         """The attempt is over, failed or not."""
 
     # -- shared steps ---------------------------------------------------------------------------
-    def produce(self, producer: Any, rows: Rows, parts: np.ndarray, todo: np.ndarray) -> int:
-        """Produce the rows ``todo`` in that order (ascending seq per partition)."""
+    def produce(self, producer: Any, rows: Rows, parts: np.ndarray, todo: np.ndarray,
+                done: int = 0) -> int:
+        """Produce the rows ``todo`` in that order (ascending seq per partition); ``done``
+        records of this attempt went before (the ``mid_produce`` failpoint counts them)."""
         produce = producer.produce
         poll = producer.poll
         pack = recovery.pack_seq
@@ -203,7 +217,7 @@ class KafkaWriter:
                     except BufferError:
                         poll(0.05)
             return len(order)
-        count = 0
+        count = done
         for i in order:
             h = [] if prefix is None else [(header, prefix + pack(i))]
             if headers is not None and headers[i]:
@@ -222,7 +236,7 @@ class KafkaWriter:
                     # really has to skip them (a test of the dedupe, not of luck).
                     producer.flush(self.options.flush_timeout)
                 failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
-        return count
+        return count - done
 
     def flush(self, slot: ProducerSlot) -> None:
         b, w, timeout = self.task.batch_id, self.task.writer_id, self.options.flush_timeout
@@ -409,9 +423,65 @@ class TransactionalWriter(KafkaWriter):
         return producers.transactional_producer(
             self.options.producer_conf, self.sink_id, self.task.writer_id)
 
+    def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
+        topic = self.options.topic
+        if topic is None or self.options.recovery_key_headers:
+            # The commit fact's place depends on every row's topic, and recovery keys number
+            # the task's rows: both need the whole task first.
+            return super().write(batches)
+        return self.write_streaming(iter(batches), topic)
+
+    def write_streaming(self, batches: Iterator[pa.RecordBatch], topic: str) -> TaskReport:
+        """The whole task in one transaction, produced Arrow batch by Arrow batch as Spark
+        hands them over: the JVM's conversion of the next batch overlaps producing this one,
+        and the task holds one batch, not all of its rows."""
+        began = time.perf_counter()
+        report = self.report
+        if not self.admitted():
+            _drain(batches)
+            return report
+        first = next((x for x in batches if x.num_rows), None)
+        if first is None:
+            return report
+        slot = self.open_producer()
+        try:
+            counts = self.partition_counts([topic])
+            self.check_fact([topic], slot)
+            if report.already_committed:
+                _drain(batches)
+                return report
+            self.begin(slot)
+            for batch in itertools.chain([first], batches):
+                if not batch.num_rows:
+                    continue
+                rows = shape(pa.Table.from_batches([batch]), topic, self.sink_id)
+                routing = route(rows, counts, self.sink_id)
+                order = np.argsort(routing.target_ids, kind="stable")
+                report.produced += self.produce(slot.producer, rows, routing.parts, order,
+                                                done=report.produced)
+                report.rows += rows.n
+                for t, parts in routing.partition_counts().items():
+                    dst = report.partitions.setdefault(t, {})
+                    for p, n in parts.items():
+                        dst[p] = dst.get(p, 0) + n
+            self.flush(slot)
+            failpoints.hit(FP_AFTER_FLUSH, self.task.batch_id)
+            self.complete(slot, None, report)
+        except BaseException:
+            self.on_failure(slot)
+            raise
+        finally:
+            self.release(slot)
+        return self.finish(began)
+
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
+        self.check_fact(list(rows.topics), slot)
+        return None
+
+    def check_fact(self, topics: list[str], slot: ProducerSlot) -> None:
+        """Fence, then read the fact of an earlier attempt (sets ``already_committed``)."""
         b = self.task.batch_id
-        self.topics = list(rows.topics)
+        self.topics = topics
         began = time.perf_counter()
         # Fence first: init_transactions completes or aborts an earlier attempt's open
         # transaction, so the fact read below sees its outcome.
@@ -430,13 +500,12 @@ class TransactionalWriter(KafkaWriter):
             log.info("%s %s: batch %d writer %d: an earlier attempt committed %d rows; this "
                      "one writes nothing", FAMILY, self.sink_id, b, self.task.writer_id,
                      fact.rows)
-        return None
 
     def begin(self, slot: ProducerSlot) -> None:
         slot.producer.begin_transaction()
         self.in_txn = True
 
-    def complete(self, slot: ProducerSlot, rows: Rows, report: TaskReport) -> None:
+    def complete(self, slot: ProducerSlot, rows: Rows | None, report: TaskReport) -> None:
         began = time.perf_counter()
         timeout = self.options.flush_timeout
         fact = txnfacts.CommitFact(self.task.batch_id, report.produced, report.partitions)
@@ -464,6 +533,12 @@ class TransactionalWriter(KafkaWriter):
         # the garbage collector gets to it (a failed attempt's producer is kept alive by
         # the exception's traceback).
         producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
+
+
+def _drain(batches: Iterator[Any]) -> None:
+    """Read what Spark still hands over (as the whole-task path does before deciding)."""
+    for _ in batches:
+        pass
 
 
 def writer_for(options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> KafkaWriter:
