@@ -119,3 +119,37 @@ def test_recovery_key_headers_on_request(kafka_bootstrap, new_topic, tmp_path):
     assert all(k is not None and (k.sink_id, k.batch_id, k.writer) == (sink.sink_id, 3, 1)
                for k in keys)
     assert sorted(k.seq for k in keys if k is not None) == list(range(500))
+
+
+def test_streamed_batches_fail_mid_task_and_the_retry_writes_everything_once(
+    kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    """With a topic option the task produces Arrow batch by Arrow batch; a failure after
+    1,000 records (four batches in) leaves nothing visible, and the retry writes all."""
+    topic = new_topic(partitions=3)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    _fail_once(monkeypatch, "kafka_sink.mid_produce@6#1000!raise",
+               lambda: sink.stage(TaskInfo(6, 0), iter(_rows().to_batches(max_chunksize=250))))
+    assert read_topic(kafka_bootstrap, topic) == []
+    retry = sink.stage(TaskInfo(6, 0, attempt=1), iter(_rows().to_batches(max_chunksize=250)))
+    assert (retry.rows, retry.produced, retry.already_committed) == (ROWS, ROWS, False)
+    assert sum(retry.partitions[topic].values()) == ROWS
+    assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)], _values())
+
+
+def test_a_topic_column_writes_the_whole_task_in_one_transaction(
+    kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    """Without a topic option the task needs every row first (the commit fact's place is
+    the first target topic); a retry after the commit writes nothing to either topic."""
+    a, b = sorted([new_topic(partitions=2), new_topic(partitions=3)])
+    sink_id = f"txn-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(sink_id, str(tmp_path / sink_id), bootstrap_servers=kafka_bootstrap,
+                     transactional=True)
+    rows = _rows().append_column("topic", pa.array([a if i % 2 else b for i in range(ROWS)]))
+    _fail_once(monkeypatch, "kafka_sink.after_txn_commit@2!raise",
+               lambda: sink.stage(TaskInfo(2, 0), iter(rows.to_batches(max_chunksize=500))))
+    retry = sink.stage(TaskInfo(2, 0, attempt=1), iter(rows.to_batches(max_chunksize=500)))
+    assert retry.already_committed and (retry.produced, retry.skipped) == (0, ROWS)
+    got = read_topic(kafka_bootstrap, a) + read_topic(kafka_bootstrap, b)
+    assert_exact([m.value() for m in got], _values())
