@@ -173,6 +173,35 @@ def _read(
             consumer.unassign()
         except Exception:  # noqa: BLE001, S110 - the consumer is dropped on error anyway
             pass
+        release_free_memory()
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the OS after a range (glibc ``malloc_trim``).
+
+    librdkafka's fetch buffers come from its broker threads' malloc arenas; once freed, glibc
+    keeps them, so a reused Python worker's RSS climbs with every query it serves (257 MB
+    after one 1M-record read, ~430 MB after seven reads in one session) although what it
+    holds is bounded. A no-op where the C library has no ``malloc_trim``."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim() -> Any:
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    return _TRIM or None
+
+
+_TRIM: Any = None
 
 
 class _RangeReader:
