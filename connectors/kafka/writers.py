@@ -20,6 +20,7 @@ type, chosen once per task by ``KafkaSink.stage``:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -83,7 +84,6 @@ class KafkaWriter:
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         began = time.perf_counter()
-        b = self.task.batch_id
         report = self.report
         chunks = list(batches)
         if not self.admitted():
@@ -93,7 +93,7 @@ class KafkaWriter:
             return report
         # The producer first: a new client connects while the rows are shaped and routed.
         slot = self.open_producer()
-        try:
+        with self.attempt(slot):
             if self.ordered and not self.options.deterministic_order:
                 table = deterministic_order(table)
             rows = shape(table, self.options.topic, self.sink_id)
@@ -111,16 +111,26 @@ class KafkaWriter:
             # partition's batches at a time instead of interleaving small ones.
             order = todo[np.argsort(routing.target_ids[todo], kind="stable")]
             report.produced = self.produce(slot.producer, rows, routing.parts, order)
-            self.flush(slot)
-            failpoints.hit(FP_AFTER_FLUSH, b)
             report.partitions = routing.partition_counts()
-            self.complete(slot, rows, report)
+            self.settle(slot, rows)
+        return self.finish(began)
+
+    @contextlib.contextmanager
+    def attempt(self, slot: ProducerSlot) -> Iterator[None]:
+        """The producer's lifecycle around one attempt: settled on failure, then released."""
+        try:
+            yield
         except BaseException:
             self.on_failure(slot)
             raise
         finally:
             self.release(slot)
-        return self.finish(began)
+
+    def settle(self, slot: ProducerSlot, rows: Rows | None) -> None:
+        """3. (end) Flush, fail on any delivery error, and make the records final."""
+        self.flush(slot)
+        failpoints.hit(FP_AFTER_FLUSH, self.task.batch_id)
+        self.complete(slot, rows, self.report)
 
     def admitted(self) -> bool:
         """1. A committed batch writes nothing (a replay after the driver crashed between our
@@ -444,7 +454,7 @@ class TransactionalWriter(KafkaWriter):
         if first is None:
             return report
         slot = self.open_producer()
-        try:
+        with self.attempt(slot):
             counts = self.partition_counts([topic])
             self.check_fact([topic], slot)
             if report.already_committed:
@@ -464,14 +474,7 @@ class TransactionalWriter(KafkaWriter):
                     dst = report.partitions.setdefault(t, {})
                     for p, n in parts.items():
                         dst[p] = dst.get(p, 0) + n
-            self.flush(slot)
-            failpoints.hit(FP_AFTER_FLUSH, self.task.batch_id)
-            self.complete(slot, None, report)
-        except BaseException:
-            self.on_failure(slot)
-            raise
-        finally:
-            self.release(slot)
+            self.settle(slot, None)
         return self.finish(began)
 
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
