@@ -70,7 +70,8 @@ _PRODUCER_ONLY = frozenset(
     }
 )
 
-#: ``reconnect.backoff.ms`` of clients made per task attempt, unless the user sets it. After
+#: ``reconnect.backoff.ms`` of clients made per task attempt or per short-lived process
+#: (admin clients), unless the user sets it. After
 #: its first metadata answer a new librdkafka client drops the bootstrap connection and
 #: opens one to the broker it learned, which waits half the backoff: 50 ms with librdkafka's
 #: 100 ms default, 10 ms with this (a transactional task's set-up: ~62 ms -> ~21 ms on
@@ -223,6 +224,8 @@ def admin(conf: Mapping[str, str], auto_create: bool = False) -> Any:
             admin_conf: dict[str, Any] = {k: v for k, v in conf.items()
                                           if k not in _PRODUCER_ONLY}
             admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
+            # Often the first client of a short-lived process (the driver's planner worker).
+            admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
             admin_conf["logger"] = LIBRDKAFKA_LOG
             client = AdminClient(admin_conf)
             _ADMINS[key] = client
