@@ -458,7 +458,7 @@ class TransactionalWriter(KafkaWriter):
             counts = self.partition_counts([topic])
             self.check_fact([topic], slot)
             if report.already_committed:
-                _drain(batches)
+                report.rows = first.num_rows + _drain(batches)  # the task's rows, as below
                 return report
             self.begin(slot)
             for batch in itertools.chain([first], batches):
@@ -538,10 +538,10 @@ class TransactionalWriter(KafkaWriter):
         producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
 
 
-def _drain(batches: Iterator[Any]) -> None:
-    """Read what Spark still hands over (as the whole-task path does before deciding)."""
-    for _ in batches:
-        pass
+def _drain(batches: Iterator[pa.RecordBatch]) -> int:
+    """Read what Spark still hands over (as the whole-task path does before deciding);
+    returns the number of rows."""
+    return sum(batch.num_rows for batch in batches)
 
 
 def writer_for(options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> KafkaWriter:

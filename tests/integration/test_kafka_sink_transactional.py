@@ -75,7 +75,7 @@ def test_retry_after_the_transaction_committed_writes_nothing(
     _fail_once(monkeypatch, "kafka_sink.after_txn_commit@4!raise",
                lambda: sink.stage(TaskInfo(4, 0), iter(_rows().to_batches())))
     retry = sink.stage(TaskInfo(4, 0, attempt=1), iter(_rows().to_batches()))
-    assert retry.already_committed and retry.retry
+    assert retry.already_committed and retry.retry and retry.rows == ROWS
     assert (retry.produced, retry.skipped) == (0, ROWS)
     assert sum(retry.partitions[topic].values()) == ROWS
     sink.commit(4, [retry])
