@@ -352,9 +352,7 @@ class OptionReader:
                        key=str.lower)
         hints = []
         for name in names:
-            close = difflib.get_close_matches(name.lower(), [v.lower() for v in valid], n=1,
-                                              cutoff=0.6)
-            match = next((v for v in valid if close and v.lower() == close[0]), None)
+            match = closest(name, valid)
             hints.append(f"'{name}'" + (f" (did you mean '{match}'?)" if match else ""))
         what = "option" if len(names) == 1 else "options"
         raise OptionError(

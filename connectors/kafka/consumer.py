@@ -125,10 +125,8 @@ def read_range(
         return
     consumer = cached_consumer(conf)
     try:
-        yield from _read(
-            consumer, r, include_headers, cluster, fail_on_data_loss, poll_timeout_s,
-            batch_records,
-        )
+        yield from _read(_RangeReader(consumer, r, include_headers, cluster,
+                                      fail_on_data_loss, poll_timeout_s, batch_records))
     except GeneratorExit:
         # Spark stopped reading early (a limit); the consumer is still fine.
         raise
@@ -137,19 +135,10 @@ def read_range(
         raise
 
 
-def _read(
-    consumer: Any,
-    r: OffsetRange,
-    include_headers: bool,
-    cluster: str | None,
-    fail_on_data_loss: bool,
-    poll_timeout_s: float,
-    batch_records: int,
-) -> Iterator[pa.RecordBatch]:
+def _read(reader: _RangeReader) -> Iterator[pa.RecordBatch]:
     from confluent_kafka import TopicPartition
 
-    reader = _RangeReader(consumer, r, include_headers, cluster, fail_on_data_loss,
-                          poll_timeout_s, batch_records)
+    consumer, r = reader.consumer, reader.r
     consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
     try:
         while not reader.done:

@@ -58,13 +58,13 @@ def cluster(spark_cluster: StandaloneCluster) -> StandaloneCluster:
     return spark_cluster
 
 
-def expected_lines() -> list[str]:
-    return [line(i) for i in range(LINES)]
+def expected_lines(n: int = LINES) -> list[str]:
+    return [line(i) for i in range(n)]
 
 
-def expected_counts() -> Counter[str]:
+def expected_counts(n: int = LINES) -> Counter[str]:
     c: Counter[str] = Counter()
-    for text in expected_lines():
+    for text in expected_lines(n):
         c.update(text.split(" "))
     return c
 

@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import _announce, unavailable
 from tests.helpers import assert_exact, read_topic
+from tests.integration.cluster.conftest import expected_counts, expected_lines
 from tests.integration.pipelines.jdbc_wordcount import line
 from tests.services.spark_cluster import ConnectServer, pyspark_version
 
@@ -84,17 +85,6 @@ def lines_topic(kafka_bootstrap: str, new_topic: Any) -> str:
     produce_records(kafka_bootstrap, topic,
                     [(f"k{i}".encode(), line(i).encode(), i % 2) for i in range(LINES)])
     return topic
-
-
-def expected_lines() -> list[str]:
-    return [line(i) for i in range(LINES)]
-
-
-def expected_counts() -> Counter[str]:
-    c: Counter[str] = Counter()
-    for text in expected_lines():
-        c.update(text.split(" "))
-    return c
 
 
 def table_rows(url: str, table: str, cols: str) -> list[tuple[Any, ...]]:
@@ -174,7 +164,7 @@ def source(connect: Any, bootstrap: str, topic: str, stream: bool, **extra: Any)
 def test_batch_read_and_every_datasource_batch_write(connect, lines_topic, outputs) -> None:
     began = time.monotonic()
     df = source(connect, outputs.bootstrap, lines_topic, stream=False)
-    assert_exact([r.value.decode() for r in df.select("value").collect()], expected_lines())
+    assert_exact([r.value.decode() for r in df.select("value").collect()], expected_lines(LINES))
 
     table = outputs.table()
     (words(df).selectExpr("word", "cast(1 as bigint) as n").write.format("eo_jdbc")
@@ -189,9 +179,9 @@ def test_batch_read_and_every_datasource_batch_write(connect, lines_topic, outpu
     (df.selectExpr("cast(value as string) as line").write.format("eo_files")
      .option("path", path).option("batchId", "0").mode("append").save())
 
-    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts()
-    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(), what="eo_kafka")
-    assert_exact(file_lines(path), expected_lines(), what="eo_files")
+    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts(LINES)
+    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(LINES), what="eo_kafka")
+    assert_exact(file_lines(path), expected_lines(LINES), what="eo_files")
     _announce_time("batch DataSources over Connect", began)
 
 
@@ -211,9 +201,9 @@ def test_foreachbatch_callables_on_a_batch_dataframe(connect, lines_topic, outpu
         kafka.write(df.select("key", "value"), 7)
         files.write(df.selectExpr("cast(value as string) as line"), 7)
 
-    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts()
-    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(), what="KafkaSink")
-    assert_exact(file_lines(path), expected_lines(), what="FileSink")
+    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts(LINES)
+    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(LINES), what="KafkaSink")
+    assert_exact(file_lines(path), expected_lines(LINES), what="FileSink")
     _announce_time("foreachBatch callables on a Connect DataFrame", began)
 
 
@@ -246,9 +236,9 @@ def test_streaming_into_every_datasource(connect, lines_topic, outputs) -> None:
     run_stream(stream().selectExpr("cast(value as string) as line").writeStream
                .format("eo_files").option("path", path), outputs.path("chk"))
 
-    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts()
-    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(), what="eo_kafka")
-    assert_exact(file_lines(path), expected_lines(), what="eo_files")
+    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts(LINES)
+    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(LINES), what="eo_kafka")
+    assert_exact(file_lines(path), expected_lines(LINES), what="eo_files")
     _announce_time("streaming DataSources over Connect", began)
 
 
@@ -273,8 +263,8 @@ def test_streaming_foreachbatch_with_every_callable(connect, lines_topic, output
 
     rows = table_rows(outputs.pg_url, table, "k,line")
     assert_exact(rows, [(f"k{i}", line(i)) for i in range(LINES)], what="JdbcSink")
-    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(), what="KafkaSink")
-    assert_exact(file_lines(path), expected_lines(), what="FileSink")
+    assert_exact(kafka_values(outputs.bootstrap, topic), expected_lines(LINES), what="KafkaSink")
+    assert_exact(file_lines(path), expected_lines(LINES), what="FileSink")
     _announce_time("streaming foreachBatch callables over Connect", began)
 
 
@@ -294,7 +284,7 @@ def test_kafka_windows_over_connect(connect, lines_topic, outputs) -> None:
         seen.append(w.window_id)
     assert seen == [0, 1, 2]
     assert KafkaWindows(connect, walPath=wal, **options).next() is None
-    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts()
+    assert Counter(dict(table_rows(outputs.pg_url, table, "word,n"))) == expected_counts(LINES)
     _announce_time("KafkaWindows over Connect", began)
 
 
