@@ -52,6 +52,7 @@ class KafkaSinkOptions:
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     fail_on_unknown_topic: bool = False
+    batch_produce: bool = True
 
     @classmethod
     def create(
@@ -71,6 +72,7 @@ class KafkaSinkOptions:
         recovery_key_headers: bool = False,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         fail_on_unknown_topic: bool = False,
+        batch_produce: bool = True,
     ) -> KafkaSinkOptions:
         """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
         if not sink_id or not str(sink_id).strip():
@@ -101,6 +103,7 @@ class KafkaSinkOptions:
             metadata_retry_timeout=float(metadata_retry_timeout),
             connect_timeout=_positive(connect_timeout, "connect_timeout"),
             fail_on_unknown_topic=bool(fail_on_unknown_topic),
+            batch_produce=bool(batch_produce),
         )
 
     @classmethod
@@ -125,6 +128,7 @@ class KafkaSinkOptions:
             recovery_key_headers=r.boolean("recoveryKeyHeaders", False),
             connect_timeout=_seconds(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1),
             fail_on_unknown_topic=r.boolean("failOnUnknownTopic", False),
+            batch_produce=r.boolean("batchProduce", True),
         )
         r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
         return parsed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ class Rows:
     """The rows of one task, ready to produce; row ``i`` has seq ``i``."""
 
     n: int
-    values: list[bytes | None]
+    value_array: pa.Array  # binary or large_binary
     keys: pa.Array | None
     topics: list[str]  # distinct topic names
     topic_idx: np.ndarray  # per row, index into topics
@@ -38,13 +39,19 @@ class Rows:
     def seqs(self) -> np.ndarray:
         return np.arange(self.n, dtype=np.int64)
 
+    @cached_property
+    def values(self) -> list[bytes | None]:
+        """The values as Python objects, for ``produce()`` (batch produce reads the Arrow
+        buffers instead)."""
+        return self.value_array.to_pylist()
+
 
 def shape(table: pa.Table, topic: str | None, sink_id: str) -> Rows:
     """``table``'s columns (``value``, ``key``, ``topic``, ``partition``, ``headers``) as
     ``produce()`` takes them; the ``topic`` option, when set, wins over a column."""
     n = table.num_rows
     names = table.column_names
-    values = as_binary(table.column("value")).to_pylist()
+    values = as_binary(table.column("value"))
     keys = as_binary(table.column("key")) if "key" in names else None
     if keys is not None and keys.null_count == n:
         keys = None

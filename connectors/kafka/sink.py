@@ -110,6 +110,7 @@ class KafkaSink(BatchSink):
         recovery_key_headers: bool = False,
         connect_timeout: float = 30.0,
         fail_on_unknown_topic: bool = False,
+        batch_produce: bool = True,
     ) -> None:
         self._init(KafkaSinkOptions.create(
             sink_id, wal_path, bootstrap_servers=bootstrap_servers, topic=topic,
@@ -117,7 +118,7 @@ class KafkaSink(BatchSink):
             transactional=transactional, unsafe=unsafe, flush_timeout=flush_timeout,
             scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout,
             recovery_key_headers=recovery_key_headers, connect_timeout=connect_timeout,
-            fail_on_unknown_topic=fail_on_unknown_topic))
+            fail_on_unknown_topic=fail_on_unknown_topic, batch_produce=batch_produce))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:

@@ -35,7 +35,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka import producers, recovery, targets, txnfacts
+from connectors.kafka import native, producers, recovery, targets, txnfacts
 from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import ProducerSlot
 from connectors.kafka.retry import retrying
@@ -170,6 +170,11 @@ class KafkaWriter:
         header)."""
         return None
 
+    def batch_produce(self, producer: Any, rows: Rows) -> bool:
+        """Whether the rows go to librdkafka Arrow batch by Arrow batch
+        (:mod:`connectors.kafka.native`) rather than record by record."""
+        return False
+
     def open_producer(self) -> ProducerSlot:
         raise NotImplementedError
 
@@ -190,6 +195,8 @@ class KafkaWriter:
                 done: int = 0) -> int:
         """Produce the rows ``todo`` in that order (ascending seq per partition); ``done``
         records of this attempt went before (the ``mid_produce`` failpoint counts them)."""
+        if self.batch_produce(producer, rows):
+            return self.produce_batched(producer, rows, parts, todo, done)
         produce = producer.produce
         poll = producer.poll
         pack = recovery.pack_seq
@@ -246,6 +253,32 @@ class KafkaWriter:
                     # really has to skip them (a test of the dedupe, not of luck).
                     producer.flush(self.options.flush_timeout)
                 failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+        return count - done
+
+    def produce_batched(self, producer: Any, rows: Rows, parts: np.ndarray, todo: np.ndarray,
+                        done: int) -> int:
+        """``produce`` with ``rd_kafka_produce_batch``, one call per run of one topic (``todo``
+        is grouped by target); the ``mid_produce`` failpoint fires at its exact count, then
+        after each call."""
+        armed = failpoints.wants_count(FP_MID_PRODUCE)
+
+        def wait() -> None:  # the queue is full: let librdkafka send some of it
+            producer.poll(0.001)
+
+        count = done
+        topic_of = rows.topic_idx[todo]
+        for run in np.split(todo, np.flatnonzero(np.diff(topic_of)) + 1):
+            topic = rows.topics[int(rows.topic_idx[run[0]])]
+            pieces = [run]
+            if armed is not None and count < armed < count + len(run):
+                pieces = [run[:armed - count], run[armed - count:]]
+            for piece in pieces:
+                count += native.produce(producer, topic, rows.value_array, rows.keys, parts,
+                                        piece, wait)
+                if armed is not None and count >= armed:
+                    if count == armed:
+                        producer.flush(self.options.flush_timeout)  # as in produce()
+                    failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
         return count - done
 
     def flush(self, slot: ProducerSlot) -> None:
@@ -424,6 +457,12 @@ class TransactionalWriter(KafkaWriter):
         if not self.options.recovery_key_headers:
             return None
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
+
+    def batch_produce(self, producer: Any, rows: Rows) -> bool:
+        # Safe here: librdkafka refuses to commit a transaction with a failed delivery, so
+        # the delivery reports batch produce does not see still fail the task.
+        return (self.options.batch_produce and rows.headers is None
+                and self.header_prefix() is None and native.available(producer))
 
     def open_producer(self) -> ProducerSlot:
         # Both clients are created here and connect in the background while the rows are

@@ -416,6 +416,8 @@ CASES = [
       within=30),
     C("ksink-bad-connectTimeout", lambda e: ksink(e, connectTimeout="0"), OptionError,
       "connectTimeout", ">= 0.1"),
+    C("ksink-bad-batchProduce", lambda e: ksink(e, batchProduce="sometimes"), OptionError,
+      "batchProduce", "sometimes"),
     C("ksink-unknown-topic-refused", ksink_unknown_topic, KafkaSinkError, "missing-",
       "does not exist", "failOnUnknownTopic", within=20),
     C("ksink-kwarg-typo", lambda e: KafkaSink(e.sink_id, e.wal, transactionl=True),

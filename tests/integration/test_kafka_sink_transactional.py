@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.core import failpoints
-from connectors.core.errors import FailpointError
+from connectors.core.errors import FailpointError, KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.kafka import recovery, txnfacts
 from connectors.kafka.sink import KafkaSink
@@ -153,3 +153,64 @@ def test_a_topic_column_writes_the_whole_task_in_one_transaction(
     assert retry.already_committed and (retry.produced, retry.skipped) == (0, ROWS)
     got = read_topic(kafka_bootstrap, a) + read_topic(kafka_bootstrap, b)
     assert_exact([m.value() for m in got], _values())
+
+
+def _odd_rows(n: int = ROWS) -> pa.Table:
+    """Null and empty keys and values, a large_binary value column, a sliced batch."""
+    keys = [None if i % 5 == 0 else b"" if i % 7 == 0 else f"k{i % 23}".encode()
+            for i in range(n + 10)]
+    values = [None if i % 11 == 0 else b"" if i % 13 == 0 else f"v{i}".encode() * (1 + i % 3)
+              for i in range(n + 10)]
+    table = pa.table({"key": pa.array(keys, pa.binary()),
+                      "value": pa.array(values, pa.large_binary())})
+    return table.slice(10)  # Arrow offsets that do not start at 0
+
+
+@pytest.mark.parametrize("batch_produce", [True, False])
+def test_batch_produce_writes_exactly_what_produce_writes(
+    kafka_bootstrap, new_topic, tmp_path, batch_produce
+):
+    """``rd_kafka_produce_batch`` (batchProduce=true, the default) and confluent-kafka's
+    ``produce()`` write the same records to the same partitions: null stays null, empty
+    stays empty, keyed rows go where the Java partitioner puts them."""
+    from connectors.kafka.partitioner import key_partition
+
+    topic = new_topic(partitions=4)
+    table = _odd_rows()
+    sink = _sink(kafka_bootstrap, tmp_path, topic, batch_produce=batch_produce)
+    report = sink.stage(TaskInfo(1, 0), iter(table.to_batches(max_chunksize=700)))
+    assert report.produced == ROWS
+    got = read_topic(kafka_bootstrap, topic)
+    assert_exact([(m.key(), m.value()) for m in got],
+                 list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                          strict=True)))
+    assert all(m.partition() == key_partition(m.key(), 4) for m in got if m.key() is not None)
+    assert {m.partition() for m in got if m.key() is None} == {0, 1, 2, 3}
+
+
+def test_a_record_the_broker_refuses_fails_the_task_and_nothing_is_visible(
+    kafka_bootstrap, tmp_path
+):
+    """A delivery failure under batch produce: the broker refuses records over the topic's
+    max.message.bytes; librdkafka then refuses the commit, the task fails and aborts."""
+    from connectors.demo.services.kafka import create_topic
+
+    topic = f"t-small-{uuid.uuid4().hex[:12]}"
+    create_topic(kafka_bootstrap, topic, 2, config={"max.message.bytes": "2000"})
+    table = pa.table({"value": [b"x" * 100] * 50 + [b"y" * 5000] + [b"x" * 100] * 50})
+    sink = _sink(kafka_bootstrap, tmp_path, topic, flush_timeout=60)
+    with pytest.raises(Exception, match="failed delivery|too large|TOO_LARGE"):
+        sink.stage(TaskInfo(0, 0), iter(table.to_batches()))
+    assert read_topic(kafka_bootstrap, topic) == []
+
+
+def test_a_record_the_client_refuses_names_its_topic_and_partition(
+    kafka_bootstrap, new_topic, tmp_path
+):
+    topic = new_topic(partitions=1)
+    sink = _sink(kafka_bootstrap, tmp_path, topic,
+                 kafka_options={"message.max.bytes": "2000"})
+    table = pa.table({"value": [b"x" * 100] * 10 + [b"y" * 5000]})
+    with pytest.raises(KafkaSinkError, match=rf"{topic}\[0\].*too large"):
+        sink.stage(TaskInfo(0, 0), iter(table.to_batches()))
+    assert read_topic(kafka_bootstrap, topic) == []

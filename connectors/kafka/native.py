@@ -1,0 +1,187 @@
+"""Batch produce: a whole Arrow batch handed to librdkafka in one call (DESIGN.md section 6).
+
+confluent-kafka's ``produce()`` costs about a microsecond of Python per record, as much as
+everything else the sink does per record together. librdkafka has a batch call,
+``rd_kafka_produce_batch``, that confluent-kafka does not expose. This module calls it on the
+*same* client, through ctypes and the librdkafka that confluent-kafka itself loaded, with
+the message array built by numpy straight from the Arrow buffers: no Python object per
+record. Measured against a real broker, 1M records of 100 bytes: 1.39-1.69M records/s
+against 0.69-0.96M for the ``produce()`` loop, at half the CPU.
+
+Used only where nothing is lost by it:
+
+- the transactional mode without per-record headers (``rd_kafka_produce_batch`` takes none).
+  Its delivery reports carry no confluent-kafka state, so the client's ``on_delivery`` is
+  not called for them; a failed delivery still fails the task, because librdkafka refuses
+  ``commit_transaction`` when any record of the transaction failed delivery ("N message(s)
+  failed delivery"), and the task then aborts;
+- when :func:`available` confirms the client's handle (a CPython build, confluent-kafka's
+  ``Handle`` layout, and librdkafka's own opaque pointing back at the client). Otherwise,
+  and with option ``batchProduce=false``, the sink produces record by record.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import platform
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from connectors.core.errors import KafkaSinkError
+
+log = logging.getLogger(__name__)
+
+FAMILY = "eo_kafka"
+
+_MSG_F_COPY = 0x2  # librdkafka copies the payload: the Arrow buffers may go right after
+_MSG_F_PARTITION = 0x8  # each message's own partition field
+_PARTITION_UA = -1
+_ERR_QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL
+
+#: ``rd_kafka_message_t`` (rdkafka.h) on a 64-bit platform.
+MESSAGE = np.dtype([
+    ("err", "<i4"), ("_pad0", "<i4"), ("rkt", "<u8"), ("partition", "<i4"), ("_pad1", "<i4"),
+    ("payload", "<u8"), ("len", "<u8"), ("key", "<u8"), ("key_len", "<u8"),
+    ("offset", "<i8"), ("private", "<u8"),
+])
+
+#: Records per ``rd_kafka_produce_batch`` call: small enough that a full queue is noticed
+#: early, large enough that the call overhead vanishes.
+CHUNK = 16_384
+
+# A non-null pointer for empty (not null) keys and values when Arrow has no data buffer.
+_EMPTY = ctypes.create_string_buffer(1)
+
+
+@functools.cache
+def _library() -> Any | None:
+    """librdkafka, as confluent-kafka loaded it (None: not usable here)."""
+    if platform.python_implementation() != "CPython" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        from confluent_kafka import cimpl
+
+        lib = ctypes.CDLL(cimpl.__file__)  # its symbols and its librdkafka's
+        lib.rd_kafka_opaque.restype = ctypes.c_void_p
+        lib.rd_kafka_opaque.argtypes = [ctypes.c_void_p]
+        lib.rd_kafka_type.restype = ctypes.c_int
+        lib.rd_kafka_type.argtypes = [ctypes.c_void_p]
+        lib.rd_kafka_topic_new.restype = ctypes.c_void_p
+        lib.rd_kafka_topic_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        lib.rd_kafka_topic_destroy.restype = None
+        lib.rd_kafka_topic_destroy.argtypes = [ctypes.c_void_p]
+        lib.rd_kafka_produce_batch.restype = ctypes.c_int
+        lib.rd_kafka_produce_batch.argtypes = [
+            ctypes.c_void_p, ctypes.c_int32, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        lib.rd_kafka_err2str.restype = ctypes.c_char_p
+        lib.rd_kafka_err2str.argtypes = [ctypes.c_int]
+        return lib
+    except (ImportError, OSError, AttributeError) as e:
+        log.debug("%s: batch produce not available: %s", FAMILY, e)
+        return None
+
+
+def handle(producer: Any) -> int | None:
+    """The ``rd_kafka_t *`` of a confluent-kafka ``Producer``, or None when it cannot be
+    confirmed. confluent-kafka's ``Handle`` struct holds it right after the object header;
+    librdkafka's opaque of that handle is the Python object itself, which confirms it."""
+    lib = _library()
+    if lib is None:
+        return None
+    from confluent_kafka import Producer
+
+    if not isinstance(producer, Producer):
+        return None
+    rk = ctypes.c_void_p.from_address(id(producer) + object.__basicsize__).value
+    if not rk or lib.rd_kafka_opaque(rk) != id(producer) or lib.rd_kafka_type(rk) != 0:
+        log.debug("%s: batch produce not available: unexpected client layout", FAMILY)
+        return None
+    return int(rk)
+
+
+def available(producer: Any) -> bool:
+    return handle(producer) is not None
+
+
+def pointers(array: pa.Array | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Addresses and lengths of a binary Arrow array's values (0 and 0 for a null)."""
+    if array is None or array.null_count == n:
+        zeros = np.zeros(n, dtype=np.uint64)
+        return zeros, zeros
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    _, offsets_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width, count=array.offset + n + 1)[array.offset:]
+    base = data_buf.address if data_buf is not None and data_buf.size else ctypes.addressof(_EMPTY)
+    addresses = np.uint64(base) + offsets[:-1].astype(np.uint64)
+    lengths = np.diff(offsets).astype(np.uint64)
+    if array.null_count:
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        addresses = np.where(valid, addresses, np.uint64(0))
+        lengths = np.where(valid, lengths, np.uint64(0))
+    return addresses, lengths
+
+
+def produce(
+    producer: Any,
+    topic: str,
+    values: pa.Array,
+    keys: pa.Array | None,
+    partitions: np.ndarray,
+    order: np.ndarray,
+    wait: Callable[[], None],
+) -> int:
+    """Enqueue rows ``order`` of ``values``/``keys`` to ``topic``, row i to ``partitions[i]``,
+    in that order, with ``rd_kafka_produce_batch``; returns the number enqueued. On a full
+    queue it calls ``wait`` (which serves the client) and goes on where it stopped; any other
+    enqueue error raises :class:`KafkaSinkError`, naming the topic and partition."""
+    lib = _library()
+    rk = handle(producer)
+    if lib is None or rk is None:
+        raise KafkaSinkError(f"{FAMILY}: batch produce is not available (internal)")
+    n = len(order)
+    if n == 0:
+        return 0
+    value_at, value_len = pointers(values, len(values))
+    key_at, key_len = pointers(keys, len(values))
+    messages = np.zeros(n, dtype=MESSAGE)
+    messages["payload"] = value_at[order]
+    messages["len"] = value_len[order]
+    messages["key"] = key_at[order]
+    messages["key_len"] = key_len[order]
+    messages["partition"] = partitions[order]
+    rkt = lib.rd_kafka_topic_new(rk, topic.encode(), None)
+    if not rkt:
+        raise KafkaSinkError(f"{FAMILY}: cannot open topic {topic!r} for batch produce")
+    start = messages.ctypes.data
+    size = MESSAGE.itemsize
+    done = 0
+    try:
+        while done < n:
+            count = min(CHUNK, n - done)
+            good = lib.rd_kafka_produce_batch(
+                rkt, _PARTITION_UA, _MSG_F_COPY | _MSG_F_PARTITION, start + done * size, count)
+            if good == count:
+                done += count
+                continue
+            errors = messages["err"][done:done + count]
+            first = int(np.flatnonzero(errors)[0])
+            err = int(errors[first])
+            done += first
+            if err != _ERR_QUEUE_FULL:
+                part = int(messages["partition"][done])
+                raise KafkaSinkError(
+                    f"{FAMILY}: enqueueing a record for {topic}[{part}] failed: "
+                    f"{lib.rd_kafka_err2str(err).decode(errors='replace')} (librdkafka "
+                    f"error {err})"
+                )
+            wait()
+    finally:
+        lib.rd_kafka_topic_destroy(rkt)
+    return n

@@ -1,0 +1,47 @@
+"""Batch produce's pure parts (connectors.kafka.native): the client handle and the pointers
+built from Arrow buffers. The produce itself is tested on Apache Kafka
+(tests/integration/test_kafka_sink_transactional.py)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Producer
+
+from connectors.kafka import native
+
+
+def test_the_client_handle_is_found_here():
+    # If a confluent-kafka release changes its client layout, the sink falls back to
+    # produce() silently; this test makes that visible.
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9"})
+    assert native.available(producer)
+    assert not native.available(object())
+
+
+def _read(addresses: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
+    return [None if a == 0 else ctypes.string_at(int(a), int(n))
+            for a, n in zip(addresses.tolist(), lengths.tolist(), strict=True)]
+
+
+def test_pointers_cover_nulls_empties_slices_and_large_binary():
+    items = [b"a", None, b"", b"bcd", None, b"efgh", b""]
+    for kind in (pa.binary(), pa.large_binary()):
+        array = pa.array(items, kind)
+        assert _read(*native.pointers(array, len(array))) == items
+        sliced = array.slice(2, 4)
+        assert _read(*native.pointers(sliced, 4)) == items[2:6]
+
+
+def test_pointers_of_no_column_or_all_null_are_null():
+    addresses, lengths = native.pointers(None, 3)
+    assert addresses.tolist() == lengths.tolist() == [0, 0, 0]
+    assert _read(*native.pointers(pa.nulls(2, pa.binary()), 2)) == [None, None]
+
+
+def test_empty_values_without_a_data_buffer_are_not_null():
+    array = pa.array([b"", b""], pa.binary())
+    addresses, lengths = native.pointers(array, 2)
+    assert (addresses != 0).all() and lengths.tolist() == [0, 0]
