@@ -88,6 +88,15 @@ def key_prefix(sink_id: str, batch_id: int, writer: int) -> bytes:
     return bytes((VERSION, len(raw))) + raw + _BATCH_WRITER.pack(batch_id, writer)
 
 
+def header_values(prefix: bytes, seqs: np.ndarray) -> list[bytes]:
+    """``[prefix + pack_seq(s) for s in seqs]``, built by numpy."""
+    width = len(prefix)
+    out = np.empty(len(seqs), dtype=[("prefix", f"V{width}"), ("seq", ">u8")])
+    out["prefix"] = np.frombuffer(prefix, dtype=f"V{width}")[0]
+    out["seq"] = seqs
+    return out.view(f"V{width + 8}").tolist()
+
+
 def encode(key: RecoveryKey) -> bytes:
     return key_prefix(key.sink_id, key.batch_id, key.writer) + pack_seq(key.seq)
 

@@ -35,6 +35,16 @@ def test_layout_is_version_length_sink_batch_writer_seq():
     assert value == recovery.key_prefix("ab", 5, 2) + struct.pack(">Q", 9)
 
 
+def test_header_values_built_by_numpy_are_the_encoded_keys():
+    import numpy as np
+
+    seqs = np.array([0, 255, 256, 2**40 + 7, 9, 2**63], dtype=np.uint64)
+    prefix = recovery.key_prefix("säule", 3, 1)
+    assert recovery.header_values(prefix, seqs) == [
+        recovery.encode(RecoveryKey("säule", 3, 1, int(s))) for s in seqs.tolist()]
+    assert recovery.header_values(prefix, np.array([], dtype=np.int64)) == []
+
+
 def test_version_byte_is_checked():
     value = bytearray(recovery.encode(RecoveryKey("ab", 5, 2, 9)))
     assert value[0] == recovery.VERSION == 1
