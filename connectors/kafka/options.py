@@ -1,9 +1,9 @@
-"""Options of the ``eo_kafka`` source and sink: Spark's string options parsed once into
-frozen, picklable specs (they travel to executors; no connections).
+"""Options of the ``eo_kafka`` source: Spark's string options parsed once into frozen,
+picklable specs (they travel to executors; no connections).
 
 - :class:`KafkaSourceOptions` (with :class:`ClusterSpec` and :class:`StartSpec`): Spark's
   Kafka source options, same names and semantics (docs/kafka-source.md lists them);
-- :class:`KafkaSinkOptions`: the sink's (docs/kafka-sink.md).
+- the sink's are in :mod:`connectors.kafka.sink_options` (docs/kafka-sink.md).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
-from connectors.core.options import OptionReader, RedactedDict, check_sink_id
-from connectors.kafka import recovery
+from connectors.core.options import OptionReader, RedactedDict
 from connectors.kafka.offsets import (
     TP,
     Offsets,
@@ -25,7 +24,6 @@ from connectors.kafka.offsets import (
     encode_offsets,
     parse_partition_offsets,
 )
-from connectors.kafka.producers import producer_config
 from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
 
 FAMILY = "eo_kafka"
@@ -34,120 +32,12 @@ DEFAULT_GROUP_PREFIX = "eo-kafka-source"
 DEFAULT_CONNECT_TIMEOUT = 30.0
 
 
-@dataclass(frozen=True)
-class KafkaSinkOptions:
-    """The parsed options of one ``eo_kafka`` sink."""
-
-    sink_id: str
-    wal_path: str
-    # librdkafka producer settings (PRODUCER_DEFAULTS + kafka.*); repr hides secrets.
-    producer_conf: RedactedDict = field(compare=False)
-    topic: str | None = None
-    deterministic_order: bool = False
-    transactional: bool = False
-    recovery_key_headers: bool = False
-    unsafe: bool = False
-    flush_timeout: float = 300.0
-    scan_timeout: float = 120.0
-    metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    fail_on_unknown_topic: bool = False
-    batch_produce: bool = True
-
-    @classmethod
-    def create(
-        cls,
-        sink_id: str,
-        wal_path: str,
-        *,
-        bootstrap_servers: str | None,
-        topic: str | None,
-        kafka_options: Mapping[str, Any] | None,
-        deterministic_order: bool,
-        transactional: bool,
-        unsafe: bool,
-        flush_timeout: float,
-        scan_timeout: float,
-        metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
-        recovery_key_headers: bool = False,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        fail_on_unknown_topic: bool = False,
-        batch_produce: bool = True,
-    ) -> KafkaSinkOptions:
-        """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
-        if not sink_id or not str(sink_id).strip():
-            raise OptionError(
-                f"{FAMILY}: option 'sink_id' is required: a stable name for this sink, unique "
-                "per output (it is part of every recovery key and transactional.id)",
-                option="sink_id",
-            )
-        if not wal_path or not str(wal_path).strip():
-            raise OptionError(
-                f"{FAMILY}: option 'walPath' is required: a directory (local or hdfs://) for "
-                "the sink's commit log and started markers, stable across restarts",
-                option="walPath",
-            )
-        sink_id = check_sink_id(FAMILY, str(sink_id).strip())
-        recovery.key_prefix(sink_id, 0, 0)  # validates the sink id's length
-        return cls(
-            sink_id=sink_id,
-            wal_path=str(wal_path).strip(),
-            producer_conf=producer_config(kafka_options, bootstrap_servers, unsafe),
-            topic=topic.strip() if topic and topic.strip() else None,
-            deterministic_order=bool(deterministic_order),
-            transactional=bool(transactional),
-            recovery_key_headers=bool(recovery_key_headers),
-            unsafe=bool(unsafe),
-            flush_timeout=float(flush_timeout),
-            scan_timeout=float(scan_timeout),
-            metadata_retry_timeout=float(metadata_retry_timeout),
-            connect_timeout=_positive(connect_timeout, "connect_timeout"),
-            fail_on_unknown_topic=bool(fail_on_unknown_topic),
-            batch_produce=bool(batch_produce),
-        )
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> KafkaSinkOptions:
-        """From Spark's string options (``writeStream.format("eo_kafka")``)."""
-        r = OptionReader(options, family=FAMILY)
-        sink_id = r.required("sink_id", "a stable name for this sink, unique per output")
-        wal_path = r.required("walPath", "a directory for the sink's commit log and markers")
-        servers = r.required("kafka.bootstrap.servers", "the brokers' host:port list")
-        parsed = cls.create(
-            sink_id,
-            wal_path,
-            bootstrap_servers=servers,
-            topic=r.string("topic"),
-            kafka_options=r.prefixed("kafka."),
-            deterministic_order=r.boolean("deterministicOrder", False),
-            transactional=r.boolean("transactional", False),
-            unsafe=r.boolean("unsafe", False),
-            flush_timeout=r.duration("flushTimeout", 300.0, minimum=1) or 300.0,
-            scan_timeout=r.duration("scanTimeout", 120.0, minimum=1) or 120.0,
-            metadata_retry_timeout=_seconds(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0),
-            recovery_key_headers=r.boolean("recoveryKeyHeaders", False),
-            connect_timeout=_seconds(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1),
-            fail_on_unknown_topic=r.boolean("failOnUnknownTopic", False),
-            batch_produce=r.boolean("batchProduce", True),
-        )
-        r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
-        return parsed
-
-
-def _seconds(r: OptionReader, name: str, default: float, minimum: float) -> float:
+def seconds_option(r: OptionReader, name: str, default: float, minimum: float) -> float:
     """A duration option in seconds: ``metadataRetryTimeout`` (how long metadata, ListOffsets
     and group-offset requests are asked again on transient errors), ``connectTimeout`` (the
     bound on the first request to a cluster)."""
     value = r.duration(name, default, minimum=minimum)
     return default if value is None else float(value)
-
-
-def _positive(value: Any, name: str) -> float:
-    number = float(value) if isinstance(value, (int, float)) else -1.0
-    if not number > 0:
-        raise OptionError(f"{FAMILY}: argument {name!r} must be a number of seconds > 0, got "
-                          f"{value!r}", option=name)
-    return number
 
 
 # -- the source ------------------------------------------------------------------------------
@@ -344,8 +234,8 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
-        retry_timeout = _seconds(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0)
-        connect_timeout = _seconds(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1)
+        retry_timeout = seconds_option(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0)
+        connect_timeout = seconds_option(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1)
         r.warn_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,

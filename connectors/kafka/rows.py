@@ -8,7 +8,8 @@ the vectorised dedupe decision (``connectors.kafka.recovery.decide``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -79,6 +80,14 @@ def shape(table: pa.Table, topic: str | None, sink_id: str) -> Rows:
             for row in table.column("headers").to_pylist()
         ]
     return Rows(n, values, keys, topics, topic_idx, explicit, headers)
+
+
+def picker(order: Sequence[int]) -> Callable[[Sequence[Any]], list[Any]]:
+    """``pick(items) -> [items[i] for i in order]``, in C (``operator.itemgetter``)."""
+    if len(order) <= 1:
+        return lambda items: [items[i] for i in order]
+    get = operator.itemgetter(*order)
+    return lambda items: list(get(items))
 
 
 def as_binary(arr: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -27,12 +27,12 @@ from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
 from connectors.kafka import recovery, targets
-from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import (  # noqa: F401 - public names of this module
     PRODUCER_DEFAULTS,
     check_producer_config,
 )
 from connectors.kafka.rows import check_columns, deterministic_order  # noqa: F401
+from connectors.kafka.sink_options import KafkaSinkOptions
 from connectors.kafka.writers import TaskReport, writer_for
 
 log = logging.getLogger(__name__)

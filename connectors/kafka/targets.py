@@ -16,8 +16,8 @@ from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.kafka import producers
-from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.retry import is_transient, retrying, unreachable
+from connectors.kafka.sink_options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 

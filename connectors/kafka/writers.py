@@ -23,9 +23,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import operator
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +36,10 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka import native, producers, recovery, targets, txnfacts
-from connectors.kafka.options import KafkaSinkOptions
 from connectors.kafka.producers import ProducerSlot
 from connectors.kafka.retry import retrying
-from connectors.kafka.rows import Routing, Rows, deterministic_order, route, shape
+from connectors.kafka.rows import Routing, Rows, deterministic_order, picker, route, shape
+from connectors.kafka.sink_options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +217,7 @@ class KafkaWriter:
             # The hot loop: one topic, no user headers, no failpoint armed. Header values
             # (bytes, which the garbage collector does not track) are built by numpy and
             # every column is laid out in produce order first.
-            pick = _picker(order)
+            pick = picker(order)
             header_values = recovery.header_values(prefix, todo)
             for v, k, p, rk in zip(pick(values), pick(keys), pick(partitions), header_values,
                                    strict=True):
@@ -580,14 +579,6 @@ class TransactionalWriter(KafkaWriter):
         # the garbage collector gets to it (a failed attempt's producer is kept alive by
         # the exception's traceback).
         producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
-
-
-def _picker(order: Sequence[int]) -> Callable[[Sequence[Any]], list[Any]]:
-    """``pick(items) -> [items[i] for i in order]``, in C."""
-    if len(order) <= 1:
-        return lambda items: [items[i] for i in order]
-    get = operator.itemgetter(*order)
-    return lambda items: list(get(items))
 
 
 def _drain(batches: Iterator[pa.RecordBatch]) -> int:
