@@ -15,7 +15,8 @@ type, chosen once per task by ``KafkaSink.stage``:
 - :class:`TransactionalWriter` (``transactional=true``): one Kafka transaction per task
   attempt holds its rows and a commit fact (:mod:`connectors.kafka.txnfacts`);
   ``init_transactions`` fences a zombie attempt first, then one stable offset fetch tells
-  whether an earlier attempt committed. No recovery-key header, no sort, no scan.
+  whether an earlier attempt committed. No recovery-key header, no sort, no scan; each
+  Arrow batch goes to librdkafka in one call (:mod:`connectors.kafka.native`).
 """
 
 from __future__ import annotations
