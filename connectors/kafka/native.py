@@ -108,24 +108,38 @@ def available(producer: Any) -> bool:
     return handle(producer) is not None
 
 
-def pointers(array: pa.Array | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Addresses and lengths of a binary Arrow array's values (0 and 0 for a null)."""
-    if array is None or array.null_count == n:
-        zeros = np.zeros(n, dtype=np.uint64)
-        return zeros, zeros
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
-    _, offsets_buf, data_buf = array.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=width, count=array.offset + n + 1)[array.offset:]
-    base = data_buf.address if data_buf is not None and data_buf.size else ctypes.addressof(_EMPTY)
-    addresses = np.uint64(base) + offsets[:-1].astype(np.uint64)
-    lengths = np.diff(offsets).astype(np.uint64)
-    if array.null_count:
-        valid = array.is_valid().to_numpy(zero_copy_only=False)
-        addresses = np.where(valid, addresses, np.uint64(0))
-        lengths = np.where(valid, lengths, np.uint64(0))
-    return addresses, lengths
+class BinaryColumn:
+    """Where a binary Arrow array's values are: ``at(rows)`` gives their addresses and
+    lengths (0 and 0 for a null), read from the offsets buffer in place (zero-copy)."""
+
+    def __init__(self, array: pa.Array | pa.ChunkedArray | None, n: int) -> None:
+        self.offsets: np.ndarray | None = None
+        if array is None or array.null_count == n:
+            return
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+        _, offsets_buf, data_buf = array.buffers()
+        self.offsets = np.frombuffer(offsets_buf, dtype=width,
+                                     count=array.offset + n + 1)[array.offset:]
+        self.base = np.uint64(data_buf.address if data_buf is not None and data_buf.size
+                              else ctypes.addressof(_EMPTY))
+        self.valid = (array.is_valid().to_numpy(zero_copy_only=False) if array.null_count
+                      else None)
+        self.array = array  # keeps the buffers alive
+
+    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.offsets is None:
+            zeros = np.zeros(len(rows), dtype=np.uint64)
+            return zeros, zeros
+        starts = self.offsets[rows]
+        addresses = self.base + starts.astype(np.uint64)
+        lengths = (self.offsets[rows + 1] - starts).astype(np.uint64)
+        if self.valid is not None:
+            valid = self.valid[rows]
+            addresses = np.where(valid, addresses, np.uint64(0))
+            lengths = np.where(valid, lengths, np.uint64(0))
+        return addresses, lengths
 
 
 def produce(
@@ -148,40 +162,44 @@ def produce(
     n = len(order)
     if n == 0:
         return 0
-    value_at, value_len = pointers(values, len(values))
-    key_at, key_len = pointers(keys, len(values))
-    messages = np.zeros(n, dtype=MESSAGE)
-    messages["payload"] = value_at[order]
-    messages["len"] = value_len[order]
-    messages["key"] = key_at[order]
-    messages["key_len"] = key_len[order]
-    messages["partition"] = partitions[order]
+    value_col, key_col = BinaryColumn(values, len(values)), BinaryColumn(keys, len(values))
     rkt = lib.rd_kafka_topic_new(rk, topic.encode(), None)
     if not rkt:
         raise KafkaSinkError(f"{FAMILY}: cannot open topic {topic!r} for batch produce")
-    start = messages.ctypes.data
-    size = MESSAGE.itemsize
-    done = 0
+    # One message array of at most CHUNK records, refilled: memory stays flat in the task.
+    messages = np.zeros(min(CHUNK, n), dtype=MESSAGE)
     try:
-        while done < n:
-            count = min(CHUNK, n - done)
-            good = lib.rd_kafka_produce_batch(
-                rkt, _PARTITION_UA, _MSG_F_COPY | _MSG_F_PARTITION, start + done * size, count)
-            if good == count:
-                done += count
-                continue
-            errors = messages["err"][done:done + count]
-            first = int(np.flatnonzero(errors)[0])
-            err = int(errors[first])
-            done += first
-            if err != _ERR_QUEUE_FULL:
-                part = int(messages["partition"][done])
-                raise KafkaSinkError(
-                    f"{FAMILY}: enqueueing a record for {topic}[{part}] failed: "
-                    f"{lib.rd_kafka_err2str(err).decode(errors='replace')} (librdkafka "
-                    f"error {err})"
-                )
-            wait()
+        for first in range(0, n, CHUNK):
+            rows = order[first:first + CHUNK]
+            chunk = messages[:len(rows)]
+            chunk["payload"], chunk["len"] = value_col.at(rows)
+            chunk["key"], chunk["key_len"] = key_col.at(rows)
+            chunk["partition"] = partitions[rows]
+            _enqueue(lib, rkt, chunk, topic, wait)
     finally:
         lib.rd_kafka_topic_destroy(rkt)
     return n
+
+
+def _enqueue(lib: Any, rkt: int, chunk: np.ndarray, topic: str,
+             wait: Callable[[], None]) -> None:
+    """``rd_kafka_produce_batch`` until every message of ``chunk`` is queued."""
+    done, n, size = 0, len(chunk), MESSAGE.itemsize
+    start = chunk.ctypes.data
+    while done < n:
+        chunk["err"][done:] = 0  # librdkafka sets them again; no stale QUEUE_FULL counts
+        good = lib.rd_kafka_produce_batch(
+            rkt, _PARTITION_UA, _MSG_F_COPY | _MSG_F_PARTITION, start + done * size, n - done)
+        if good == n - done:
+            return
+        errors = chunk["err"][done:]
+        first = int(np.flatnonzero(errors)[0])
+        err = int(errors[first])
+        done += first
+        if err != _ERR_QUEUE_FULL:
+            raise KafkaSinkError(
+                f"{FAMILY}: enqueueing a record for {topic}[{int(chunk['partition'][done])}] "
+                f"failed: {lib.rd_kafka_err2str(err).decode(errors='replace')} (librdkafka "
+                f"error {err})"
+            )
+        wait()

@@ -214,3 +214,27 @@ def test_a_record_the_client_refuses_names_its_topic_and_partition(
     with pytest.raises(KafkaSinkError, match=rf"{topic}\[0\].*too large"):
         sink.stage(TaskInfo(0, 0), iter(table.to_batches()))
     assert read_topic(kafka_bootstrap, topic) == []
+
+
+@pytest.mark.parametrize("topic_column", [False, True])
+def test_batch_produce_waits_out_a_full_queue_and_loses_nothing(
+    kafka_bootstrap, new_topic, tmp_path, topic_column
+):
+    """A producer queue of 1,000 records and tasks of 40,000 rows (more than one message
+    array of native.CHUNK): every call that finds the queue full goes on where it stopped."""
+    topic = new_topic(partitions=3)
+    n = 40_000
+    table = pa.table({"key": [f"k{i % 101}".encode() for i in range(n)],
+                      "value": [f"v{i}".encode() for i in range(n)]})
+    options = {"kafka_options": {"queue.buffering.max.messages": "1000"}}
+    if topic_column:
+        table = table.append_column("topic", pa.array([topic] * n))
+        sink_id = f"txn-{uuid.uuid4().hex[:8]}"
+        sink = KafkaSink(sink_id, str(tmp_path / sink_id), bootstrap_servers=kafka_bootstrap,
+                         transactional=True, **options)
+    else:
+        sink = _sink(kafka_bootstrap, tmp_path, topic, **options)
+    report = sink.stage(TaskInfo(0, 0), iter(table.to_batches(max_chunksize=25_000)))
+    assert report.produced == n
+    assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)],
+                 [f"v{i}".encode() for i in range(n)])

@@ -21,7 +21,8 @@ def test_the_client_handle_is_found_here():
     assert not native.available(object())
 
 
-def _read(addresses: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
+def _read(column: native.BinaryColumn, rows: list[int]) -> list[bytes | None]:
+    addresses, lengths = column.at(np.asarray(rows, dtype=np.int64))
     return [None if a == 0 else ctypes.string_at(int(a), int(n))
             for a, n in zip(addresses.tolist(), lengths.tolist(), strict=True)]
 
@@ -30,18 +31,20 @@ def test_pointers_cover_nulls_empties_slices_and_large_binary():
     items = [b"a", None, b"", b"bcd", None, b"efgh", b""]
     for kind in (pa.binary(), pa.large_binary()):
         array = pa.array(items, kind)
-        assert _read(*native.pointers(array, len(array))) == items
-        sliced = array.slice(2, 4)
-        assert _read(*native.pointers(sliced, 4)) == items[2:6]
+        assert _read(native.BinaryColumn(array, len(array)), list(range(7))) == items
+        assert _read(native.BinaryColumn(array, 7), [5, 0, 3, 1]) == [b"efgh", b"a", b"bcd", None]
+        sliced = native.BinaryColumn(array.slice(2, 4), 4)
+        assert _read(sliced, [0, 1, 2, 3]) == items[2:6]
+        assert _read(sliced, [3, 1]) == [b"efgh", b"bcd"]
 
 
 def test_pointers_of_no_column_or_all_null_are_null():
-    addresses, lengths = native.pointers(None, 3)
+    addresses, lengths = native.BinaryColumn(None, 3).at(np.arange(3))
     assert addresses.tolist() == lengths.tolist() == [0, 0, 0]
-    assert _read(*native.pointers(pa.nulls(2, pa.binary()), 2)) == [None, None]
+    assert _read(native.BinaryColumn(pa.nulls(2, pa.binary()), 2), [0, 1]) == [None, None]
 
 
 def test_empty_values_without_a_data_buffer_are_not_null():
     array = pa.array([b"", b""], pa.binary())
-    addresses, lengths = native.pointers(array, 2)
+    addresses, lengths = native.BinaryColumn(array, 2).at(np.arange(2))
     assert (addresses != 0).all() and lengths.tolist() == [0, 0]
