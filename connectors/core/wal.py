@@ -123,10 +123,16 @@ class WriteAheadLog:
 
     def seqs(self) -> list[int]:
         """Sequence numbers of all records, ascending."""
-        return sorted(s for n in self._names() if (s := _seq(n, RECORD_EXT)) is not None)
+        return self.listing()[0]
 
     def committed_seqs(self) -> list[int]:
-        return sorted(s for n in self._names() if (s := _seq(n, COMMIT_EXT)) is not None)
+        return self.listing()[1]
+
+    def listing(self) -> tuple[list[int], list[int]]:
+        """``(seqs, committed_seqs)`` from one listing of the directory."""
+        names = self._names()
+        return (sorted(s for n in names if (s := _seq(n, RECORD_EXT)) is not None),
+                sorted(s for n in names if (s := _seq(n, COMMIT_EXT)) is not None))
 
     def last(self) -> tuple[int, dict[str, Any]] | None:
         """The record with the highest seq, or None for an empty log."""

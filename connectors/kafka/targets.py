@@ -36,10 +36,11 @@ _WARNED_LOCK = threading.Lock()
 def check_reachable(options: KafkaSinkOptions) -> None:
     """The first request to the cluster, bounded by ``connectTimeout``: an unreachable or
     misconfigured cluster fails in that time with one error naming the bootstrap servers
-    and the likely causes."""
+    and the likely causes. With a ``topic`` option it asks for that topic's metadata only,
+    not the whole cluster's (which is large on a cluster with many topics)."""
     timeout = options.connect_timeout
     try:
-        producers.admin(options.producer_conf).list_topics(timeout=timeout)
+        producers.admin(options.producer_conf).list_topics(topic=options.topic, timeout=timeout)
     except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
         raise KafkaSinkError(unreachable(
             f"{FAMILY} sink {options.sink_id}", options.producer_conf.get("bootstrap.servers"),

@@ -87,8 +87,9 @@ class WindowLog:
         in order, and Spark does not call ``commit`` again for a batch whose commit a crash
         interrupted (after a restart it commits the next batch's end instead)."""
         self.wal.commit(window, {"end": encode_offsets(end, self.multi_cluster)})
-        done = set(self.wal.committed_seqs())
-        for older in self.wal.seqs():
+        seqs, committed = self.wal.listing()  # one directory listing (a WebHDFS call on HDFS)
+        done = set(committed)
+        for older in seqs:
             if older < window and older not in done:
                 record = self.wal.get(older)
                 if record is not None:
