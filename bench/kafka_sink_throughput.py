@@ -10,8 +10,9 @@ Against the same Apache Kafka broker, in the same run:
   of ``--value-bytes`` bytes (null keys) with ``df.write.format("eo_kafka")`` into a topic
   of ``--partitions`` partitions (after one untimed full-size warm-up write per mode).
   ``transactional=true`` (``txn_*``): one transaction per task, no header, no sort, a commit
-  fact, Arrow batches handed to librdkafka's ``rd_kafka_produce_batch`` (batch produce); the recovery-key mode (``rk_*``): the deterministic sort, routing, recovery-key
-  headers, the started marker. Both include the Arrow hand-over, flush and the driver commit;
+  fact, Arrow batches handed to librdkafka's ``rd_kafka_produce_batch`` (batch produce); the
+  recovery-key mode (``rk_*``): the deterministic sort, routing, recovery-key headers, the
+  started marker. Both include the Arrow hand-over, flush and the driver commit;
 - Spark's own JVM Kafka sink (at-least-once), ``df.write.format("kafka")`` of the same
   DataFrame with the same Spark settings, in the virtualenv of the pyspark whose connector
   Maven Central serves (tests/services/spark_jvm.py; both versions are printed), warm-up
