@@ -37,6 +37,11 @@ def _name(seq: int, ext: str) -> str:
     return f"{seq:0{SEQ_WIDTH}d}{ext}"
 
 
+def _seqs(names: list[str], ext: str) -> list[int]:
+    """The sequence numbers of the ``ext`` files among ``names``, ascending."""
+    return sorted(s for n in names if (s := _seq(n, ext)) is not None)
+
+
 def _seq(name: str, ext: str) -> int | None:
     if not name.endswith(ext):
         return None
@@ -123,16 +128,15 @@ class WriteAheadLog:
 
     def seqs(self) -> list[int]:
         """Sequence numbers of all records, ascending."""
-        return self.listing()[0]
+        return _seqs(self._names(), RECORD_EXT)
 
     def committed_seqs(self) -> list[int]:
-        return self.listing()[1]
+        return _seqs(self._names(), COMMIT_EXT)
 
     def listing(self) -> tuple[list[int], list[int]]:
         """``(seqs, committed_seqs)`` from one listing of the directory."""
         names = self._names()
-        return (sorted(s for n in names if (s := _seq(n, RECORD_EXT)) is not None),
-                sorted(s for n in names if (s := _seq(n, COMMIT_EXT)) is not None))
+        return _seqs(names, RECORD_EXT), _seqs(names, COMMIT_EXT)
 
     def last(self) -> tuple[int, dict[str, Any]] | None:
         """The record with the highest seq, or None for an empty log."""

@@ -15,7 +15,7 @@ Used only where nothing is lost by it:
   not called for them; a failed delivery still fails the task, because librdkafka refuses
   ``commit_transaction`` when any record of the transaction failed delivery ("N message(s)
   failed delivery"), and the task then aborts;
-- when :func:`available` confirms the client's handle (a CPython build, confluent-kafka's
+- when :func:`handle` confirms the client's handle (a CPython build, confluent-kafka's
   ``Handle`` layout, and librdkafka's own opaque pointing back at the client). Otherwise,
   and with option ``batchProduce=false``, the sink produces record by record.
 """
@@ -104,10 +104,6 @@ def handle(producer: Any) -> int | None:
     return int(rk)
 
 
-def available(producer: Any) -> bool:
-    return handle(producer) is not None
-
-
 class BinaryColumn:
     """Where a binary Arrow array's values are: ``at(rows)`` gives their addresses and
     lengths (0 and 0 for a null), read from the offsets buffer in place (zero-copy)."""
@@ -143,7 +139,7 @@ class BinaryColumn:
 
 
 def produce(
-    producer: Any,
+    rk: int,
     topic: str,
     values: pa.Array,
     keys: pa.Array | None,
@@ -152,12 +148,12 @@ def produce(
     wait: Callable[[], None],
 ) -> int:
     """Enqueue rows ``order`` of ``values``/``keys`` to ``topic``, row i to ``partitions[i]``,
-    in that order, with ``rd_kafka_produce_batch``; returns the number enqueued. On a full
+    in that order, with ``rd_kafka_produce_batch`` on the client ``rk`` (from :func:`handle`);
+    returns the number enqueued. On a full
     queue it calls ``wait`` (which serves the client) and goes on where it stopped; any other
     enqueue error raises :class:`KafkaSinkError`, naming the topic and partition."""
     lib = _library()
-    rk = handle(producer)
-    if lib is None or rk is None:
+    if lib is None:
         raise KafkaSinkError(f"{FAMILY}: batch produce is not available (internal)")
     n = len(order)
     if n == 0:

@@ -171,10 +171,10 @@ class KafkaWriter:
         header)."""
         return None
 
-    def batch_produce(self, producer: Any, rows: Rows) -> bool:
-        """Whether the rows go to librdkafka Arrow batch by Arrow batch
-        (:mod:`connectors.kafka.native`) rather than record by record."""
-        return False
+    def batch_handle(self, producer: Any, rows: Rows) -> int | None:
+        """The librdkafka handle to enqueue the rows with Arrow batch by Arrow batch
+        (:mod:`connectors.kafka.native`), or None to produce record by record."""
+        return None
 
     def open_producer(self) -> ProducerSlot:
         raise NotImplementedError
@@ -196,8 +196,9 @@ class KafkaWriter:
                 done: int = 0) -> int:
         """Produce the rows ``todo`` in that order (ascending seq per partition); ``done``
         records of this attempt went before (the ``mid_produce`` failpoint counts them)."""
-        if self.batch_produce(producer, rows):
-            return self.produce_batched(producer, rows, parts, todo, done)
+        rk = self.batch_handle(producer, rows)
+        if rk is not None:
+            return self.produce_batched(producer, rk, rows, parts, todo, done)
         produce = producer.produce
         poll = producer.poll
         pack = recovery.pack_seq
@@ -205,10 +206,8 @@ class KafkaWriter:
         header = recovery.HEADER
         values = rows.values
         keys = rows.keys.to_pylist() if rows.keys is not None else [None] * rows.n
-        partitions = parts.tolist()
         order: Sequence[int] = todo.tolist()
         single = rows.topics[0] if len(rows.topics) == 1 else None
-        topic_of = None if single is not None else [rows.topics[i] for i in rows.topic_idx.tolist()]
         headers = rows.headers
         armed = failpoints.wants_count(FP_MID_PRODUCE)
         # produce() is called positionally: (topic, value, key, partition, callback,
@@ -220,15 +219,16 @@ class KafkaWriter:
             # every column is laid out in produce order first.
             pick = picker(order)
             header_values = recovery.header_values(prefix, todo)
-            for v, k, p, rk in zip(pick(values), pick(keys), pick(partitions), header_values,
-                                   strict=True):
+            for v, k, p, key in zip(pick(values), pick(keys), parts[todo].tolist(),
+                                    header_values, strict=True):
                 while True:
                     try:
-                        produce(single, v, k, p, None, None, 0, [(header, rk)])
+                        produce(single, v, k, p, None, None, 0, [(header, key)])
                         break
                     except BufferError:
                         poll(0.05)
             return len(order)
+        partitions = parts.tolist()
         if single is not None and headers is None and armed is None and prefix is None:
             # The transactional mode's hot loop: no header at all.
             for i in order:
@@ -239,6 +239,7 @@ class KafkaWriter:
                     except BufferError:
                         poll(0.05)
             return len(order)
+        topic_of = None if single is not None else [rows.topics[i] for i in rows.topic_idx.tolist()]
         count = done
         for i in order:
             h = [] if prefix is None else [(header, prefix + pack(i))]
@@ -252,16 +253,20 @@ class KafkaWriter:
                 except BufferError:
                     poll(0.05)
             count += 1
-            if armed is not None and count >= armed:
-                if count == armed:
-                    # Make "n records written" literally true before crashing, so a retry
-                    # really has to skip them (a test of the dedupe, not of luck).
-                    producer.flush(self.options.flush_timeout)
-                failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+            self.mid_produce(producer, count, armed)
         return count - done
 
-    def produce_batched(self, producer: Any, rows: Rows, parts: np.ndarray, todo: np.ndarray,
-                        done: int) -> int:
+    def mid_produce(self, producer: Any, count: int, armed: int | None) -> None:
+        """The ``mid_produce`` failpoint, once ``count`` records of the attempt are queued."""
+        if armed is not None and count >= armed:
+            if count == armed:
+                # Make "n records written" literally true before crashing, so a retry
+                # really has to skip them (a test of the dedupe, not of luck).
+                producer.flush(self.options.flush_timeout)
+            failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+
+    def produce_batched(self, producer: Any, rk: int, rows: Rows, parts: np.ndarray,
+                        todo: np.ndarray, done: int) -> int:
         """``produce`` with ``rd_kafka_produce_batch``, one call per run of one topic (``todo``
         is grouped by target); the ``mid_produce`` failpoint fires at its exact count, then
         after each call."""
@@ -278,12 +283,9 @@ class KafkaWriter:
             if armed is not None and count < armed < count + len(run):
                 pieces = [run[:armed - count], run[armed - count:]]
             for piece in pieces:
-                count += native.produce(producer, topic, rows.value_array, rows.keys, parts,
-                                        piece, wait)
-                if armed is not None and count >= armed:
-                    if count == armed:
-                        producer.flush(self.options.flush_timeout)  # as in produce()
-                    failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+                count += native.produce(rk, topic, rows.value_array, rows.keys, parts, piece,
+                                        wait)
+                self.mid_produce(producer, count, armed)
         return count - done
 
     def flush(self, slot: ProducerSlot) -> None:
@@ -463,11 +465,12 @@ class TransactionalWriter(KafkaWriter):
             return None
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
 
-    def batch_produce(self, producer: Any, rows: Rows) -> bool:
+    def batch_handle(self, producer: Any, rows: Rows) -> int | None:
         # Safe here: librdkafka refuses to commit a transaction with a failed delivery, so
         # the delivery reports batch produce does not see still fail the task.
-        return (self.options.batch_produce and rows.headers is None
-                and self.header_prefix() is None and native.available(producer))
+        if not self.options.batch_produce or rows.headers is not None or self.header_prefix():
+            return None
+        return native.handle(producer)
 
     def open_producer(self) -> ProducerSlot:
         # Both clients are created here and connect in the background while the rows are
