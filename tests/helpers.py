@@ -313,3 +313,24 @@ class FakeConsumer:
 
     def close(self) -> None:
         pass
+
+
+def _overwriting_storage_class() -> Any:
+    from connectors.core.storage import LocalStorage
+
+    class _Overwriting(LocalStorage):
+        """A local disk whose "create-if-absent" overwrites: what a store that ignores
+        ``If-None-Match: *`` does. Only for the probe's own unit test."""
+
+        def create(self, path: str, data: bytes) -> None:
+            self.write_atomic(path, data)
+
+        def identity(self) -> Any:
+            return ("overwriting",)
+
+    return _Overwriting
+
+
+class OverwritingStorage:
+    def __new__(cls) -> Any:
+        return _overwriting_storage_class()()

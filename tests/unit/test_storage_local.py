@@ -1,14 +1,25 @@
-"""Local storage: atomic write, rename over existing, listing hides temp files, and the
-refusal of object stores and bad URLs."""
+"""Local storage: create-if-absent, atomic write, rename over existing, listing hides temp
+files; the capability probe; URL mapping of every store and the refusal of bad URLs."""
 
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
-from connectors.core.errors import StorageError
-from connectors.core.storage import LocalStorage, WebHdfsStorage, storage_for
+from connectors.core.errors import OptionError, StorageError
+from connectors.core.options import OptionReader
+from connectors.core.storage import (
+    LocalStorage,
+    ObjectStoreStorage,
+    WebHdfsStorage,
+    forget_probes,
+    parse_storage_options,
+    storage_for,
+    storage_options_from,
+)
+from tests.helpers import OverwritingStorage
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):
@@ -57,15 +68,74 @@ def test_open_write_refuses_to_clobber_and_walk(tmp_path):
     assert s.delete(str(tmp_path / "x"), recursive=True) and not s.exists(p)
 
 
+def test_create_is_create_if_absent_and_leaves_no_temp(tmp_path):
+    s = LocalStorage()
+    p = str(tmp_path / "log" / "00007.commit")
+    s.create(p, b"first")
+    with pytest.raises(FileExistsError):
+        s.create(p, b"second")
+    assert s.read(p) == b"first"
+    assert os.listdir(tmp_path / "log") == ["00007.commit"]
+
+
+def test_the_probe_passes_on_a_local_disk_and_leaves_nothing(tmp_path):
+    forget_probes()
+    LocalStorage().check_create_if_absent(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_probe_refuses_a_store_whose_create_overwrites(tmp_path):
+    forget_probes()
+    with pytest.raises(StorageError, match="does not enforce create-if-absent") as e:
+        OverwritingStorage().check_create_if_absent(str(tmp_path))
+    assert "local disk" in str(e.value) and str(tmp_path) in str(e.value)
+    with pytest.raises(StorageError):  # the verdict is kept for the process
+        OverwritingStorage().check_create_if_absent(str(tmp_path))
+    forget_probes()
+
+
 @pytest.mark.parametrize(
-    "url, store",
-    [("s3://bucket/p", "Amazon S3"), ("s3a://b/p", "s3a"), ("gs://b/p", "Google Cloud Storage"),
-     ("abfss://c@acct.dfs.core.windows.net/p", "Azure"), ("wasb://c@a/p", "Azure Blob")],
+    "url, provider, bucket, path, shown",
+    [("s3://bucket/p/q/", "s3", "bucket", "/p/q", "s3://bucket/p/q"),
+     ("s3a://b/p", "s3", "b", "/p", "s3a://b/p"),
+     ("gs://gb/x", "gcs", "gb", "/x", "gs://gb/x"),
+     ("az://cont/x", "azure", "cont", "/x", "az://cont/x"),
+     ("abfss://cont@acct.dfs.core.windows.net/x/y", "azure", "cont", "/x/y",
+      "abfss://cont@acct.dfs.core.windows.net/x/y")],
 )
-def test_object_stores_are_refused_with_the_reason(url, store):
-    with pytest.raises(StorageError, match="atomic rename") as e:
+def test_object_store_urls_map_to_a_bucket_and_a_key(url, provider, bucket, path, shown):
+    s, p = storage_for(url)
+    assert isinstance(s, ObjectStoreStorage) and not s.atomic_rename
+    assert (s.provider, s.bucket, p, s.url(p)) == (provider, bucket, path, shown)
+    assert pickle.loads(pickle.dumps(s)) == s
+
+
+@pytest.mark.parametrize("url, match", [
+    ("oss://b/p", "Alibaba OSS"), ("https://h/p", "HTTPS"), ("s3://key:secret@b/p", "never in"),
+    ("abfss://nocontainer/p", "<container>@<account>"), ("s3:///p", "names no bucket"),
+])
+def test_unsupported_stores_and_bad_object_store_urls_are_refused(url, match):
+    with pytest.raises(StorageError, match=match) as e:
         storage_for(url)
-    assert store in str(e.value)
+    assert "secret" not in str(e.value).replace("never in", "")
+
+
+def test_storage_options_are_checked_and_secrets_hidden(tmp_path):
+    r = OptionReader({"storage.endpoint": "http://127.0.0.1:1", "storage.secretAccessKey": "S3CR3T",
+                      "storage.accessKeyId": "AK"}, family="eo_files")
+    opts = parse_storage_options(r)
+    assert "S3CR3T" not in repr(opts) and "S3CR3T" not in str(opts)
+    s, _ = storage_for("s3://b/p", options=opts)
+    config, client, retry = opts.resolve("s3")
+    assert config["secret_access_key"] == "S3CR3T" and client["allow_http"] is True
+    assert "S3CR3T" not in repr(s)
+    with pytest.raises(OptionError, match="applies to Azure Blob only"):
+        storage_options_from({"accountKey": "k"}, "eo_files").resolve("s3")
+    with pytest.raises(OptionError, match="object store paths only"):
+        storage_for(str(tmp_path), options=opts)
+    with pytest.raises(OptionError, match="did you mean 'storage.endpoint'"):
+        s, _ = storage_for("s3://b/p", options=storage_options_from({"endpiont": "x"}, "f"))
+        s.check_options()
 
 
 def test_url_mapping(tmp_path):

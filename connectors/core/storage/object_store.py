@@ -1,0 +1,380 @@
+"""Object stores (S3, GCS, Azure Blob) through obstore, the Python binding of Rust's
+``object_store``.
+
+Why obstore: one well-kept client (Apache Arrow's ``object_store`` crate underneath) with
+the same conditional create on all three stores (``PutMode::Create``: ``If-None-Match: *``
+on S3 and Azure, ``ifGenerationMatch=0`` on GCS), the standard credential chains of each
+(environment, config files, instance/workload identity), streaming multipart writes,
+bulk deletes, bounded retries, and no JVM. boto3 has no GCS or Azure; fsspec's S3
+backend exposes no conditional create.
+
+Paths inside a store are ``/key/with/slashes``; the bucket (or container) is part of the
+backend, so :meth:`ObjectStoreStorage.url` gives back ``s3://bucket/key``. "Directories"
+are key prefixes: :meth:`list` asks with a delimiter, :meth:`walk_files` without one.
+
+What a protocol gets here:
+
+- :meth:`create` is a conditional PUT: exactly one of two racing writers wins, the other
+  gets ``FileExistsError``. A PUT the client retried after a lost answer can also report
+  ``FileExistsError`` for an object it created itself; every caller reads the object back
+  and compares, so that case reads as its own write.
+- :meth:`open_write` streams a multipart upload that becomes visible only when the block
+  exits normally; an exception aborts it (nothing visible).
+- :meth:`rename` raises: object stores have no atomic rename (``atomic_rename = False``).
+
+Every request is counted per kind (:func:`request_counts`) for the benchmarks.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Hashable, Iterable, Iterator
+from datetime import timedelta
+from typing import IO, Any
+
+from connectors.core.errors import StorageError
+from connectors.core.storage.base import CountingStream, Storage, is_hidden
+from connectors.core.storage.options import StorageOptions, unknown_storage_option
+
+log = logging.getLogger(__name__)
+
+#: URL scheme -> provider
+PROVIDERS = {
+    "s3": "s3", "s3a": "s3",
+    "gs": "gcs", "gcs": "gcs",
+    "az": "azure", "azure": "azure", "adl": "azure",
+    "abfs": "azure", "abfss": "azure", "wasb": "azure", "wasbs": "azure",
+}
+_KIND = {"s3": "S3 bucket", "gcs": "GCS bucket", "azure": "Azure container"}
+_BULK = 1000  # keys per bulk delete request (S3's limit; obstore splits further for Azure)
+
+_REQUESTS: Counter[str] = Counter()
+_REQUESTS_LOCK = threading.Lock()
+_STORES: dict[Hashable, Any] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def request_counts() -> dict[str, int]:
+    """Requests this process sent to object stores, per kind (PUT, GET, HEAD, LIST, DELETE)."""
+    with _REQUESTS_LOCK:
+        return dict(_REQUESTS)
+
+
+def reset_request_counts() -> None:
+    with _REQUESTS_LOCK:
+        _REQUESTS.clear()
+
+
+def _count(kind: str, n: int = 1) -> None:
+    with _REQUESTS_LOCK:
+        _REQUESTS[kind] += n
+
+
+def _obstore() -> Any:
+    try:
+        import obstore
+    except ImportError as e:  # pragma: no cover - obstore is a core dependency
+        raise StorageError(
+            "object store paths need the 'obstore' package: pip install pyspark-exactly-once"
+        ) from e
+    return obstore
+
+
+class ObjectStoreStorage(Storage):
+    """One bucket (or Azure container) of an object store. Picklable: the client is built
+    lazily once per process and configuration, from :class:`StorageOptions` plus the
+    provider's own environment and credential chain."""
+
+    atomic_rename = False
+
+    def __init__(self, scheme: str, bucket: str, account: str | None,
+                 options: StorageOptions, family: str = "storage") -> None:
+        self.scheme = scheme
+        self.provider = PROVIDERS[scheme]
+        self.bucket = bucket
+        self.account = account
+        self.options = options
+        self.family = family
+        self.kind = f"{_KIND[self.provider]} '{bucket}'"
+
+    def __repr__(self) -> str:
+        return f"ObjectStoreStorage({self.url('/')!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectStoreStorage) and self.identity() == other.identity() \
+            and self.options == other.options
+
+    def __hash__(self) -> int:
+        return hash(self.identity())
+
+    def identity(self) -> Hashable:
+        endpoint = self.options.get("endpoint")
+        return (self.provider, endpoint, self.account, self.bucket)
+
+    def url(self, path: str) -> str:
+        if self.scheme in ("abfs", "abfss", "wasb", "wasbs"):
+            host = "dfs" if self.scheme.startswith("abfs") else "blob"
+            return f"{self.scheme}://{self.bucket}@{self.account}.{host}.core.windows.net{path}"
+        return f"{self.scheme}://{self.bucket}{path}"
+
+    # -- the client -----------------------------------------------------------------------------
+    @property
+    def store(self) -> Any:
+        key = (self.identity(), self.options)
+        with _STORES_LOCK:
+            store = _STORES.get(key)
+            if store is None:
+                store = self._build()
+                _STORES[key] = store
+        return store
+
+    def _build(self) -> Any:
+        _obstore()  # the install hint, if it is missing
+        from obstore.exceptions import BaseError, UnknownConfigurationKeyError
+        from obstore.store import AzureStore, GCSStore, S3Store
+
+        config, client, retry = self.options.resolve(self.provider)
+        retry_config: dict[str, Any] = {
+            "max_retries": int(retry.get("max_retries", 3)),
+            "retry_timeout": timedelta(seconds=float(retry.get("retry_timeout", 10.0))),
+            "backoff": {"init_backoff": timedelta(milliseconds=100),
+                        "max_backoff": timedelta(seconds=2), "base": 2},
+        }
+        if self.provider == "azure" and self.account and "account_name" not in config:
+            config["account_name"] = self.account
+        settings: dict[str, Any] = {"config": config, "client_options": client,
+                                    "retry_config": retry_config}
+        try:
+            if self.provider == "s3":
+                return S3Store(self.bucket, **settings)
+            if self.provider == "gcs":
+                return GCSStore(self.bucket, **settings)
+            return AzureStore(self.bucket, **settings)
+        except UnknownConfigurationKeyError as e:
+            key = _unknown_key(str(e))
+            raise unknown_storage_option(self.family, key) from None
+        except (BaseError, ValueError, TypeError) as e:
+            raise StorageError(
+                f"{self.kind}: cannot configure the {self.provider} client: "
+                f"{self._clean(e)}") from None
+
+    def check_options(self) -> None:
+        """Build the client once, offline: a bad ``storage.*`` key fails at option time."""
+        self.store  # noqa: B018 - builds and caches the client
+
+    # -- errors ---------------------------------------------------------------------------------
+    def _clean(self, e: BaseException) -> str:
+        """obstore's message, first line only, the server's XML reduced to its code and
+        message, and every secret value scrubbed."""
+        text = str(e).split("\n\nDebug source", 1)[0]
+        code = re.search(r"<Code>([^<]+)</Code>", text)
+        message = re.search(r"<Message>([^<]+)</Message>", text)
+        text = re.sub(r"<\?xml.*", "", text, flags=re.S).strip().rstrip(":")
+        if code:
+            text += f" ({code.group(1)}{': ' + message.group(1) if message else ''})"
+        for secret in self.options.secrets():
+            if secret:
+                text = text.replace(secret, "***")
+        return text[:600]
+
+    @contextlib.contextmanager
+    def _errors(self, op: str, path: str, *, create: bool = False) -> Iterator[None]:
+        from obstore.exceptions import (
+            AlreadyExistsError,
+            BaseError,
+            NotFoundError,
+            PermissionDeniedError,
+            PreconditionError,
+            UnauthenticatedError,
+        )
+
+        where = self.url(path)
+        try:
+            yield
+        except (AlreadyExistsError, PreconditionError) as e:
+            if create:
+                raise FileExistsError(17, "exists", where) from None
+            raise StorageError(f"{op} {where}: {self._clean(e)}") from None
+        except (NotFoundError, FileNotFoundError) as e:  # obstore raises the builtin for 404
+            text = self._clean(e)
+            if "NoSuchBucket" in text or "ContainerNotFound" in text:
+                raise StorageError(self._missing_bucket(text)) from None
+            raise FileNotFoundError(2, f"{op}: not found", where) from None
+        except UnauthenticatedError as e:
+            raise StorageError(
+                f"{self.kind}: {op} {where} was refused: the credentials were not accepted "
+                f"({self._clean(e)}); check storage.accessKeyId/secretAccessKey (or "
+                "AWS_ACCESS_KEY_ID, the instance role, GOOGLE_APPLICATION_CREDENTIALS, "
+                "AZURE_STORAGE_*)") from None
+        except PermissionDeniedError as e:
+            text = self._clean(e)
+            if _credentials_refused(text):
+                raise StorageError(
+                    f"{self.kind}: {op} {where} was refused: the credentials were not "
+                    f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or "
+                    "AWS_ACCESS_KEY_ID, the instance role, GOOGLE_APPLICATION_CREDENTIALS, "
+                    "AZURE_STORAGE_*)") from None
+            raise StorageError(
+                f"{self.kind}: {op} {where} was denied ({text}); the role needs list, "
+                "get, put and delete on this prefix (docs/deploying.md lists them)") from None
+        except BaseError as e:
+            text = self._clean(e)
+            if "NoSuchBucket" in text or "ContainerNotFound" in text:
+                raise StorageError(self._missing_bucket(text)) from None
+            if _credentials_refused(text):
+                raise StorageError(
+                    f"{self.kind}: {op} {where} was refused: the credentials were not "
+                    f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or the "
+                    "provider's environment and identity)") from None
+            if _unreachable(text):
+                raise StorageError(
+                    f"{self.kind}: {op} {where}: the store is unreachable at "
+                    f"{self.options.get('endpoint') or 'its default endpoint'} ({text}); "
+                    "check storage.endpoint, the network and the proxy") from None
+            raise StorageError(f"{self.kind}: {op} {where} failed: {text}") from None
+
+    def _missing_bucket(self, text: str) -> str:
+        return (f"{self.kind} does not exist ({text}); create it, or fix the bucket in "
+                f"the path {self.url('/')}")
+
+    # -- operations -----------------------------------------------------------------------------
+    @staticmethod
+    def _key(path: str) -> str:
+        return path.strip("/")
+
+    def create(self, path: str, data: bytes) -> None:
+        obstore = _obstore()
+        _count("PUT")
+        with self._errors("create", path, create=True):
+            obstore.put(self.store, self._key(path), data, mode="create", use_multipart=False)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        obstore = _obstore()
+        _count("PUT")
+        with self._errors("write", path):
+            obstore.put(self.store, self._key(path), data, mode="overwrite",
+                        use_multipart=False)
+
+    @contextlib.contextmanager
+    def open_write(self, path: str) -> Iterator[IO[bytes]]:
+        obstore = _obstore()
+        _count("PUT")  # at least one; multipart adds a part per 10 MiB
+        with self._errors("write", path):
+            writer = obstore.open_writer(self.store, self._key(path))
+            with writer:  # an exception inside aborts the upload: nothing becomes visible
+                yield CountingStream(writer)  # type: ignore[misc]
+
+    def read(self, path: str) -> bytes:
+        obstore = _obstore()
+        _count("GET")
+        with self._errors("read", path):
+            return bytes(obstore.get(self.store, self._key(path)).bytes())
+
+    def list(self, path: str) -> list[str]:
+        obstore = _obstore()
+        prefix = self._key(path)
+        _count("LIST")
+        with self._errors("list", path):
+            result = obstore.list_with_delimiter(self.store, prefix or None)
+        names = [p.rsplit("/", 1)[-1] for p in result["common_prefixes"]]
+        names += [o["path"].rsplit("/", 1)[-1] for o in result["objects"]]
+        return sorted(n for n in set(names) if n and not is_hidden(n))
+
+    def _objects(self, path: str) -> builtins.list[dict[str, Any]]:
+        """Every object below ``path`` (recursive), hidden ones included."""
+        obstore = _obstore()
+        prefix = self._key(path)
+        out: builtins.list[dict[str, Any]] = []
+        with self._errors("list", path):
+            for chunk in obstore.list(self.store, prefix or None, chunk_size=1000):
+                out.extend(chunk)
+        _count("LIST", max(1, -(-len(out) // 1000)))
+        return out
+
+    def walk_files(self, path: str) -> Iterator[str]:
+        for o in self._objects(path):
+            if not is_hidden(o["path"].rsplit("/", 1)[-1]):
+                yield "/" + o["path"]
+
+    def rename(self, src: str, dst: str, *, replace: bool = False) -> None:
+        raise StorageError(
+            f"{self.kind}: cannot rename {self.url(src)} atomically: object stores have no "
+            "atomic rename (this is a bug: protocols write final names on object stores)")
+
+    def delete(self, path: str, *, recursive: bool = False) -> bool:
+        obstore = _obstore()
+        keys = [self._key(path)]
+        if recursive:
+            keys += [o["path"] for o in self._objects(path)]
+        for i in range(0, len(keys), _BULK):
+            _count("DELETE")
+            with self._errors("delete", path):
+                obstore.delete(self.store, keys[i:i + _BULK])
+        return True
+
+    def delete_many(self, paths: Iterable[str]) -> int:
+        obstore = _obstore()
+        keys = [self._key(p) for p in paths]
+        for i in range(0, len(keys), _BULK):
+            _count("DELETE")
+            with self._errors("delete", "/" + keys[i]):
+                obstore.delete(self.store, keys[i:i + _BULK])
+        return len(keys)
+
+    def _head(self, path: str) -> dict[str, Any] | None:
+        obstore = _obstore()
+        _count("HEAD")
+        try:
+            with self._errors("stat", path):
+                meta: dict[str, Any] = obstore.head(self.store, self._key(path))
+                return meta
+        except FileNotFoundError:
+            return None
+
+    def _has_children(self, path: str) -> bool:
+        obstore = _obstore()
+        _count("LIST")
+        with self._errors("list", path):
+            for chunk in obstore.list(self.store, self._key(path) or None, chunk_size=1):
+                if chunk:
+                    return True
+        return False
+
+    def exists(self, path: str) -> bool:
+        return self._head(path) is not None or self._has_children(path)
+
+    def is_dir(self, path: str) -> bool:
+        return self._key(path) == "" or self._has_children(path)
+
+    def size(self, path: str) -> int:
+        meta = self._head(path)
+        if meta is None:
+            raise FileNotFoundError(2, "missing", self.url(path))
+        return int(meta["size"])
+
+    def mkdirs(self, path: str) -> None:
+        """Object stores have no directories: a prefix exists once an object is under it."""
+
+
+def _unknown_key(message: str) -> str:
+    m = re.search(r"[Kk]ey:?\s*['\"`]([^'\"`]+)['\"`]", message)
+    return m.group(1) if m else "?"
+
+
+def _credentials_refused(text: str) -> bool:
+    return any(code in text for code in (
+        "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthorizationHeaderMalformed",
+        "InvalidToken", "ExpiredToken", "AuthenticationFailed", "invalid_grant"))
+
+
+def _unreachable(text: str) -> bool:
+    lowered = text.lower()
+    return any(s in lowered for s in (
+        "error sending request", "connection refused", "dns error", "timed out",
+        "operation timed out", "connect error", "tcp connect", "no route to host",
+        "failed to lookup address", "connection reset"))
