@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka import producers
 from connectors.kafka.retry import is_transient, retrying, unreachable
-from connectors.kafka.sink_options import KafkaSinkOptions
+from connectors.kafka.sink import producers
+from connectors.kafka.sink.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ picklable specs (they travel to executors; no connections).
 
 - :class:`KafkaSourceOptions` (with :class:`ClusterSpec` and :class:`StartSpec`): Spark's
   Kafka source options, same names and semantics (docs/kafka-source.md lists them);
-- the sink's are in :mod:`connectors.kafka.sink_options` (docs/kafka-sink.md).
+- the sink's are in :mod:`connectors.kafka.sink.options` (docs/kafka-sink.md).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
 from connectors.core.options import OptionReader, RedactedDict
-from connectors.kafka.offsets import (
+from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
+from connectors.kafka.source.offsets import (
     TP,
     Offsets,
     decode_offsets,
     encode_offsets,
     parse_partition_offsets,
 )
-from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
 
 FAMILY = "eo_kafka"
 DEFAULT_GROUP_PREFIX = "eo-kafka-source"

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka import producers
 from connectors.kafka.retry import retrying
+from connectors.kafka.sink import producers
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ type, chosen once per task by ``KafkaSink.stage``:
   marker before the first record, and on a retry a scan that skips what is already there. A
   cached idempotent producer per worker.
 - :class:`TransactionalWriter` (``transactional=true``): one Kafka transaction per task
-  attempt holds its rows and a commit fact (:mod:`connectors.kafka.txnfacts`);
+  attempt holds its rows and a commit fact (:mod:`connectors.kafka.sink.commit_facts`);
   ``init_transactions`` fences a zombie attempt first, then one stable offset fetch tells
   whether an earlier attempt committed. No recovery-key header, no sort, no scan; each
-  Arrow batch goes to librdkafka in one call (:mod:`connectors.kafka.native`).
+  Arrow batch goes to librdkafka in one call (:mod:`connectors.kafka.sink.batch_produce`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka import native, producers, recovery, targets, txnfacts
-from connectors.kafka.producers import ProducerSlot
 from connectors.kafka.retry import retrying
-from connectors.kafka.rows import Routing, Rows, deterministic_order, picker, route, shape
-from connectors.kafka.sink_options import KafkaSinkOptions
+from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery, targets
+from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.producers import ProducerSlot
+from connectors.kafka.sink.rows import Routing, Rows, deterministic_order, picker, route, shape
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class KafkaWriter:
 
     def batch_handle(self, producer: Any, rows: Rows) -> int | None:
         """The librdkafka handle to enqueue the rows with Arrow batch by Arrow batch
-        (:mod:`connectors.kafka.native`), or None to produce record by record."""
+        (:mod:`connectors.kafka.sink.batch_produce`), or None to produce record by record."""
         return None
 
     def open_producer(self) -> ProducerSlot:
@@ -283,7 +283,7 @@ class KafkaWriter:
             if armed is not None and count < armed < count + len(run):
                 pieces = [run[:armed - count], run[armed - count:]]
             for piece in pieces:
-                count += native.produce(rk, topic, rows.value_array, rows.keys, parts, piece,
+                count += batch_produce.produce(rk, topic, rows.value_array, rows.keys, parts, piece,
                                         wait)
                 self.mid_produce(producer, count, armed)
         return count - done
@@ -456,7 +456,7 @@ class TransactionalWriter(KafkaWriter):
 
     def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
         super().__init__(options, state, task)
-        self.facts: txnfacts.FactWriter | None = None
+        self.facts: commit_facts.FactWriter | None = None
         self.topics: list[str] = []
         self.in_txn = False
 
@@ -470,12 +470,12 @@ class TransactionalWriter(KafkaWriter):
         # the delivery reports batch produce does not see still fail the task.
         if not self.options.batch_produce or rows.headers is not None or self.header_prefix():
             return None
-        return native.handle(producer)
+        return batch_produce.handle(producer)
 
     def open_producer(self) -> ProducerSlot:
         # Both clients are created here and connect in the background while the rows are
         # shaped; recover() then fences and reads.
-        self.facts = txnfacts.fact_writer(self.options.producer_conf, self.sink_id,
+        self.facts = commit_facts.fact_writer(self.options.producer_conf, self.sink_id,
                                           self.task.writer_id)
         return producers.transactional_producer(
             self.options.producer_conf, self.sink_id, self.task.writer_id)
@@ -558,7 +558,7 @@ class TransactionalWriter(KafkaWriter):
     def complete(self, slot: ProducerSlot, rows: Rows | None, report: TaskReport) -> None:
         began = time.perf_counter()
         timeout = self.options.flush_timeout
-        fact = txnfacts.CommitFact(self.task.batch_id, report.produced, report.partitions)
+        fact = commit_facts.CommitFact(self.task.batch_id, report.produced, report.partitions)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         self.facts.send(slot.producer, self.topics, fact, timeout)
@@ -568,7 +568,7 @@ class TransactionalWriter(KafkaWriter):
 
     def on_failure(self, slot: ProducerSlot) -> None:
         if self.facts is not None:
-            txnfacts.drop_fact_writer(self.facts)  # its state is unknown after an error
+            commit_facts.drop_fact_writer(self.facts)  # its state is unknown after an error
             self.facts = None
         if not self.in_txn:
             return

@@ -1,0 +1,18 @@
+"""The exactly-once ``eo_kafka`` sink: ``sink`` (KafkaSink, the protocol), ``options``
+(KafkaSinkOptions), ``writer`` (the delivery modes, one task attempt each), ``producers``,
+``rows``, ``partitioner``, ``recovery``, ``commit_facts``, ``batch_produce`` and ``targets``.
+
+``connectors.kafka.sink.KafkaSink`` is the public name, as before the sink became a package.
+"""
+
+from connectors.kafka.sink.sink import (
+    PRODUCER_DEFAULTS,
+    KafkaSink,
+    TaskReport,
+    check_columns,
+    check_producer_config,
+    deterministic_order,
+)
+
+__all__ = ["PRODUCER_DEFAULTS", "KafkaSink", "TaskReport", "check_columns",
+           "check_producer_config", "deterministic_order"]
