@@ -242,7 +242,7 @@ def lag(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from connectors.kafka.logs import LIBRDKAFKA_LOG
+    from connectors.kafka.common import LIBRDKAFKA_LOG
 
     conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG}
     admin = AdminClient(conf)

@@ -1,4 +1,5 @@
-"""The Kafka source and sink. Their clients are cached per process (Python workers are reused
+"""The Kafka family: the source (``source/``), the sink (``sink/``) and the one module the
+two share (``common``). Their clients are cached per process (Python workers are reused
 across tasks); ``close_cached_clients`` releases them."""
 
 from __future__ import annotations

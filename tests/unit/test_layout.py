@@ -6,6 +6,9 @@
   Nor do they reach into a DataFrame's JVM (``_jdf``, ``_jvm``, ``sparkContext``,
   ``rdd``), which a Spark Connect session does not have.
 - No module under ``connectors/`` is longer than 600 lines.
+- The Kafka source and sink never import each other: nothing under
+  ``connectors/kafka/source/`` imports ``connectors.kafka.sink``, nor the other way round,
+  not even lazily; what they share is ``connectors/kafka/common.py``.
 """
 
 from __future__ import annotations
@@ -73,6 +76,28 @@ def test_core_and_families_never_reach_into_the_jvm(path: str) -> None:
     bad = [f"line {n.lineno}: .{n.attr}" for n in ast.walk(tree)
            if isinstance(n, ast.Attribute) and n.attr in JVM_ATTRIBUTES]
     assert not bad, f"{os.path.relpath(path, PACKAGE)} uses Spark's JVM objects: {bad}"
+
+
+KAFKA_SIDES = {"source": "connectors.kafka.sink", "sink": "connectors.kafka.source"}
+
+
+def _imports(name: str, module: str) -> bool:
+    return name == module or name.startswith(module + ".")
+
+
+@pytest.mark.parametrize("path", [p for side in KAFKA_SIDES for p in modules(f"kafka/{side}")],
+                         ids=lambda p: os.path.relpath(p, PACKAGE))
+def test_kafka_source_and_sink_never_import_each_other(path: str) -> None:
+    side = os.path.relpath(path, os.path.join(PACKAGE, "kafka")).split(os.sep)[0]
+    other = KAFKA_SIDES[side]
+    bad = [f"line {n}: {name}" for n, name in imported_names(path) if _imports(name, other)]
+    assert not bad, (f"{os.path.relpath(path, PACKAGE)} imports {other}: {bad}; move what "
+                     "the source and the sink share into connectors/kafka/common.py")
+
+
+def test_both_kafka_sides_are_checked() -> None:
+    for side in KAFKA_SIDES:
+        assert modules(f"kafka/{side}"), f"connectors/kafka/{side}/ has no modules"
 
 
 def test_the_import_check_sees_lazy_and_relative_imports(tmp_path) -> None:

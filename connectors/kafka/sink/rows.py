@@ -19,9 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import KafkaSinkError
+from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import partitioner
-
-FAMILY = "eo_kafka"
 
 
 @dataclass

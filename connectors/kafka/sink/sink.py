@@ -26,6 +26,7 @@ from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
+from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.producers import (  # noqa: F401 - public names of this module
@@ -36,8 +37,6 @@ from connectors.kafka.sink.rows import check_columns, deterministic_order  # noq
 from connectors.kafka.sink.writer import TaskReport, writer_for
 
 log = logging.getLogger(__name__)
-
-FAMILY = "eo_kafka"
 
 # Failpoints of the driver's step (the tasks' are in ``connectors.kafka.sink.writer``).
 FP_BEFORE_COMMIT = "kafka_sink.before_commit"

@@ -36,15 +36,13 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka.retry import retrying
+from connectors.kafka.common import FAMILY, retrying
 from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, deterministic_order, picker, route, shape
 
 log = logging.getLogger(__name__)
-
-FAMILY = "eo_kafka"
 
 # Failpoints, one per protocol step (see the KafkaSink docstring).
 FP_AFTER_MARKER = "kafka_sink.after_marker"

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka.logs import LIBRDKAFKA_LOG
+from connectors.kafka.common import LIBRDKAFKA_LOG
 from connectors.kafka.source.offsets import OffsetRange, report_data_loss
 
 log = logging.getLogger(__name__)
