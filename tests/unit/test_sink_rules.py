@@ -22,7 +22,8 @@ from connectors.core.storage import storage_for
 from connectors.files.sink import FileSink
 from connectors.jdbc.sink import JdbcSink
 from connectors.kafka.sink import KafkaSink, recovery
-from connectors.kafka.sink.writer import TaskReport, writer_for
+from connectors.kafka.sink.sink import writer_for
+from connectors.kafka.sink.writer import TaskReport
 from tests.helpers import assert_exact
 
 
