@@ -218,7 +218,7 @@ def fact_designs(bootstrap: str, rounds: int = 30) -> dict[str, float]:
     offset fetch. Per-transaction time (produce + fact + commit) and check time, medians."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from connectors.kafka import producers
+    from connectors.kafka.sink import producers
 
     data = f"bench-fact-data-{uuid.uuid4().hex[:8]}"
     side = f"bench-fact-side-{uuid.uuid4().hex[:8]}"

@@ -211,9 +211,9 @@ def profile_read(spark: Any, mem: WorkerMemory, bootstrap: str, topic: str,
     worker, idle time included; returns the share of worker samples per stage."""
     import subprocess
 
-    import connectors.kafka.consumer as consumer
+    import connectors.kafka.source.range_reader as range_reader
 
-    with open(consumer.__file__) as f:
+    with open(range_reader.__file__) as f:
         source = list(enumerate(f, 1))
     lines = {
         "consume_call": {i for i, text in source if ".consume(" in text and "def " not in text},
@@ -254,8 +254,8 @@ def _stage(stack: str, lines: dict[str, set[int]]) -> str | None:
     if not any("read_range" in f for f in frames):
         return "handoff_to_spark" if any("dump_stream" in f for f in frames) else None
     leaf = frames[-1]
-    if "consumer.py:" in leaf:
-        line = int(leaf.rsplit("consumer.py:", 1)[1].rstrip(")"))
+    if "range_reader.py:" in leaf:
+        line = int(leaf.rsplit("range_reader.py:", 1)[1].rstrip(")"))
         for stage, numbers in lines.items():
             if line in numbers:
                 return stage

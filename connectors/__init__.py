@@ -61,7 +61,7 @@ def __getattr__(name: str) -> Any:
         "JdbcSink": "connectors.jdbc.sink",
         "KafkaSink": "connectors.kafka.sink",
         "FileSink": "connectors.files.sink",
-        "KafkaWindows": "connectors.kafka.windows",
+        "KafkaWindows": "connectors.kafka.source.windows",
     }
     if name in lazy:
         import importlib

@@ -175,7 +175,7 @@ def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
     from connectors.core.storage import storage_for
 
     if args.wal_path:
-        from connectors.kafka.recovery import sink_state as kafka_state
+        from connectors.kafka.sink.recovery import sink_state as kafka_state
 
         family, state = "eo_kafka", kafka_state(*storage_for(args.wal_path))
         if not args.sink_id:
@@ -242,7 +242,7 @@ def lag(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from connectors.kafka.logs import LIBRDKAFKA_LOG
+    from connectors.kafka.common import LIBRDKAFKA_LOG
 
     conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG}
     admin = AdminClient(conf)

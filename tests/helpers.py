@@ -233,7 +233,7 @@ def _recording_sink_class() -> Any:
 
 
 class FakeClusters:
-    """A stand-in for ``connectors.kafka.clusters.Clusters`` (no broker): fixed partitions
+    """A stand-in for ``connectors.kafka.source.clusters.Clusters`` (no broker): fixed partitions
     and end offsets, earliest = 0, no group offsets; counts its metadata round trips."""
 
     def __init__(self, latest: dict[tuple[str, str, int], int]) -> None:

@@ -120,7 +120,7 @@ def sink_progress(cfg: dict[str, Any]) -> str:
     """One line on what each sink has committed so far (read from the sinks' own state)."""
     from connectors.core.storage import storage_for
     from connectors.files.sink import committed_batches
-    from connectors.kafka.recovery import sink_state
+    from connectors.kafka.sink.recovery import sink_state
 
     parts = []
     try:

@@ -1,4 +1,5 @@
-"""The Kafka source and sink. Their clients are cached per process (Python workers are reused
+"""The Kafka family: the source (``source/``), the sink (``sink/``) and the one module the
+two share (``common``). Their clients are cached per process (Python workers are reused
 across tasks); ``close_cached_clients`` releases them."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ def close_cached_clients() -> None:
     a test session) that stops using a cluster: librdkafka clients otherwise keep
     reconnecting to it, and log each failed attempt, until the process exits. The next read
     or write creates new ones."""
-    from connectors.kafka.consumer import close_cached_consumers
-    from connectors.kafka.producers import close_cached_producers
-    from connectors.kafka.txnfacts import close_cached_fact_writers
+    from connectors.kafka.sink.commit_facts import close_cached_fact_writers
+    from connectors.kafka.sink.producers import close_cached_producers
+    from connectors.kafka.source.range_reader import close_cached_consumers
 
     close_cached_consumers()
     close_cached_producers()

@@ -37,9 +37,9 @@ from pyspark.sql.types import StructType
 
 from connectors.core import failpoints
 from connectors.core.options import OptionReader
-from connectors.kafka.consumer import read_range, spark_schema_ddl
-from connectors.kafka.offsets import TP, OffsetRange, clamp_offsets, total_records
-from connectors.kafka.source import KafkaPlanner, KafkaSourceOptions
+from connectors.kafka.source.offsets import TP, OffsetRange, clamp_offsets, total_records
+from connectors.kafka.source.planner import KafkaPlanner, KafkaSourceOptions
+from connectors.kafka.source.range_reader import read_range, spark_schema_ddl
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from connectors.core.errors import (
 from connectors.core.sink import TaskInfo
 from connectors.files.sink import FileSink
 from connectors.jdbc.sink import JdbcSink
-from connectors.kafka.clusters import Clusters
-from connectors.kafka.options import KafkaSourceOptions
 from connectors.kafka.sink import KafkaSink
-from connectors.kafka.windows import KafkaWindows
+from connectors.kafka.source.clusters import Clusters
+from connectors.kafka.source.options import KafkaSourceOptions
+from connectors.kafka.source.windows import KafkaWindows
 
 SECRET = "s3cr3t-pw"
 

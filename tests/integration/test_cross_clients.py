@@ -22,8 +22,7 @@ import pytest
 
 from connectors.core.wal import WriteAheadLog
 from connectors.demo.services.kafka import produce_records
-from connectors.kafka import partitioner, recovery
-from connectors.kafka.sink import KafkaSink
+from connectors.kafka.sink import KafkaSink, partitioner, recovery
 from tests.helpers import assert_exact, read_topic, scan_topic
 from tests.integration.pipelines.common import kafka_stream
 from tests.services.kafka_cli import describe_group

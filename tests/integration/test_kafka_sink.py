@@ -17,8 +17,7 @@ from connectors.core import failpoints
 from connectors.core.errors import FailpointError
 from connectors.core.sink import TaskInfo
 from connectors.demo.services.kafka import produce_records
-from connectors.kafka import partitioner, recovery
-from connectors.kafka.sink import KafkaSink
+from connectors.kafka.sink import KafkaSink, partitioner, recovery
 from tests.helpers import assert_exact, read_topic, scan_topic
 
 

@@ -18,8 +18,7 @@ from collections import Counter
 import pytest
 
 from connectors.demo.services.kafka import produce_records
-from connectors.kafka import recovery
-from connectors.kafka.sink import KafkaSink
+from connectors.kafka.sink import KafkaSink, recovery
 from tests.helpers import assert_exact, read_topic, run_pipeline
 from tests.integration.pipelines.kafka_sink_copy import record
 from tests.services.spark_jvm import jvm_read_topic

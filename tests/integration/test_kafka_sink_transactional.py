@@ -16,8 +16,7 @@ import pytest
 from connectors.core import failpoints
 from connectors.core.errors import FailpointError, KafkaSinkError
 from connectors.core.sink import TaskInfo
-from connectors.kafka import recovery, txnfacts
-from connectors.kafka.sink import KafkaSink
+from connectors.kafka.sink import KafkaSink, commit_facts, recovery
 from tests.helpers import assert_exact, read_topic
 
 ROWS = 3000
@@ -60,11 +59,11 @@ def test_records_carry_no_header_and_the_fact_is_a_stable_group_offset(
     assert_exact([m.value() for m in out], _values())
     assert all(not m.headers() for m in out), "transactional mode adds no header"
     # The fact: group eo-sink-<sink_id>-w2 holds offset 7 on the topic's partition 0.
-    fact = txnfacts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 7, timeout=30)
+    fact = commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 7, timeout=30)
     assert fact is not None and fact.rows == ROWS
     assert sum(fact.partitions[topic].values()) == ROWS
-    assert txnfacts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 8, 30) is None
-    assert txnfacts.read_fact(sink.producer_conf, sink.sink_id, 1, [topic], 7, 30) is None
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 8, 30) is None
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 1, [topic], 7, 30) is None
 
 
 def test_retry_after_the_transaction_committed_writes_nothing(
@@ -173,7 +172,7 @@ def test_batch_produce_writes_exactly_what_produce_writes(
     """``rd_kafka_produce_batch`` (batchProduce=true, the default) and confluent-kafka's
     ``produce()`` write the same records to the same partitions: null stays null, empty
     stays empty, keyed rows go where the Java partitioner puts them."""
-    from connectors.kafka.partitioner import key_partition
+    from connectors.kafka.sink.partitioner import key_partition
 
     topic = new_topic(partitions=4)
     table = _odd_rows()
@@ -221,7 +220,7 @@ def test_batch_produce_waits_out_a_full_queue_and_loses_nothing(
     kafka_bootstrap, new_topic, tmp_path, topic_column
 ):
     """A producer queue of 1,000 records and tasks of 40,000 rows (more than one message
-    array of native.CHUNK): every call that finds the queue full goes on where it stopped."""
+    array of batch_produce.CHUNK): every call that finds the queue full goes on where it stopped."""
     topic = new_topic(partitions=3)
     n = 40_000
     table = pa.table({"key": [f"k{i % 101}".encode() for i in range(n)],

@@ -14,8 +14,8 @@ import pytest
 
 from connectors.core.errors import KafkaSourceError
 from connectors.demo.services.kafka import create_topic, produce_records
-from connectors.kafka.consumer import read_range
-from connectors.kafka.offsets import OffsetRange
+from connectors.kafka.source.offsets import OffsetRange
+from connectors.kafka.source.range_reader import read_range
 from tests.conftest import wait_for
 from tests.helpers import assert_exact
 

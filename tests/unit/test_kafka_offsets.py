@@ -8,7 +8,7 @@ import random
 import pytest
 
 from connectors.core.errors import KafkaSourceError, OptionError
-from connectors.kafka.offsets import (
+from connectors.kafka.source.offsets import (
     OffsetRange,
     clamp_offsets,
     decode_offsets,

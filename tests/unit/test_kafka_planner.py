@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from connectors.kafka.options import KafkaSourceOptions
-from connectors.kafka.source import KafkaPlanner
+from connectors.kafka.source.options import KafkaSourceOptions
+from connectors.kafka.source.planner import KafkaPlanner
 from tests.helpers import FakeClusters
 
 

@@ -1,5 +1,5 @@
-"""The executors' range reader (connectors/kafka/consumer.py) on a fake consumer: reads stop
-on position, never on a count, and yield exactly the records of ``[start, end)``."""
+"""The executors' range reader (connectors/kafka/source/range_reader.py) on a fake consumer:
+reads stop on position, never on a count, and yield exactly the records of ``[start, end)``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka import consumer as reader
-from connectors.kafka.offsets import OffsetRange
+from connectors.kafka.source import range_reader as reader
+from connectors.kafka.source.offsets import OffsetRange
 from tests.helpers import FakeConsumer
 
 
@@ -74,7 +74,7 @@ def test_deleted_offsets_are_data_loss():
 
 
 def test_reader_fetch_defaults_are_bounded_and_overridable():
-    from connectors.kafka.options import KafkaSourceOptions
+    from connectors.kafka.source.options import KafkaSourceOptions
 
     def conf(**extra: str) -> dict[str, str]:
         o = KafkaSourceOptions.from_options(

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.core.errors import KafkaSinkError, KafkaSourceError
-from connectors.kafka.retry import is_transient, retrying
+from connectors.kafka.common import is_transient, retrying
 
 
 @pytest.mark.parametrize("code", [

@@ -10,8 +10,13 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.errors import KafkaSinkError, OptionError, SinkOwnershipError
-from connectors.kafka import partitioner, recovery
-from connectors.kafka.sink import KafkaSink, check_producer_config, deterministic_order
+from connectors.kafka.sink import (
+    KafkaSink,
+    check_producer_config,
+    deterministic_order,
+    partitioner,
+    recovery,
+)
 
 # -- the dedupe decision ----------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from connectors.core.errors import OptionError
-from connectors.kafka.options import KafkaSourceOptions, StartSpec
+from connectors.kafka.source.options import KafkaSourceOptions, StartSpec
 
 BASE = {"kafka.bootstrap.servers": "h1:9092", "subscribe": "orders"}
 

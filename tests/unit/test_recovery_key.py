@@ -8,8 +8,8 @@ import pytest
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.storage import LocalStorage
-from connectors.kafka import recovery
-from connectors.kafka.recovery import RecoveryKey, RecoveryKeyError
+from connectors.kafka.sink import recovery
+from connectors.kafka.sink.recovery import RecoveryKey, RecoveryKeyError
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,9 @@ from connectors.core.sink import TaskInfo, check_batch_order
 from connectors.core.storage import storage_for
 from connectors.files.sink import FileSink
 from connectors.jdbc.sink import JdbcSink
-from connectors.kafka import recovery
-from connectors.kafka.sink import KafkaSink
-from connectors.kafka.writers import TaskReport, writer_for
+from connectors.kafka.sink import KafkaSink, recovery
+from connectors.kafka.sink.sink import writer_for
+from connectors.kafka.sink.writer import TaskReport
 from tests.helpers import assert_exact
 
 
@@ -188,8 +188,8 @@ def test_kafka_wal_without_owner_record_is_owned_by_its_newest_commit(tmp_path):
 def test_source_warns_once_about_a_subscribed_topic_that_does_not_exist(caplog):
     from types import SimpleNamespace
 
-    from connectors.kafka.clusters import Clusters
-    from connectors.kafka.options import KafkaSourceOptions
+    from connectors.kafka.source.clusters import Clusters
+    from connectors.kafka.source.options import KafkaSourceOptions
 
     opts = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "h:1",
                                             "subscribe": "here,gone"})

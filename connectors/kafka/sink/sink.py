@@ -3,14 +3,16 @@
 DESIGN.md section 6. Spark's own Kafka sink is at-least-once: a retried task or a replayed
 batch sends its rows again. By default this sink tags every record with a recovery key
 (header ``eo-rk`` = sink id, batch id, writer partition, seq; see
-:mod:`connectors.kafka.recovery`) and, on a retry, scans what the earlier attempt already
+:mod:`connectors.kafka.sink.recovery`) and, on a retry, scans what the earlier attempt already
 wrote and skips it (the Apache Apex exactly-once Kafka output operator, mapped onto Spark
 micro-batches). With ``transactional=true`` each task attempt commits its rows and a commit
-fact in one Kafka transaction instead (:mod:`connectors.kafka.txnfacts`).
+fact in one Kafka transaction instead (:mod:`connectors.kafka.sink.commit_facts`).
 
-This module is the protocol. Beside it: ``options`` (the parsed options), ``writers`` (the
-delivery modes, one task attempt each), ``producers`` (producer config policy and caching),
-``rows`` (row shaping and routing), ``recovery`` (recovery keys, markers, the scan).
+This module is the protocol, and chooses the delivery mode once per task (``writer_for``).
+Beside it: ``options`` (the parsed options), ``writer``, ``recovery_key_mode`` and
+``transactional_mode`` (the delivery modes, one task attempt each), ``producers`` (producer
+config policy and caching), ``rows`` (row shaping and routing), ``recovery`` (recovery keys,
+markers, the scan).
 """
 
 from __future__ import annotations
@@ -26,20 +28,21 @@ from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
-from connectors.kafka import recovery, targets
-from connectors.kafka.producers import (  # noqa: F401 - public names of this module
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink import recovery, targets
+from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.producers import (  # noqa: F401 - public names of this module
     PRODUCER_DEFAULTS,
     check_producer_config,
 )
-from connectors.kafka.rows import check_columns, deterministic_order  # noqa: F401
-from connectors.kafka.sink_options import KafkaSinkOptions
-from connectors.kafka.writers import TaskReport, writer_for
+from connectors.kafka.sink.recovery_key_mode import RecoveryKeyWriter
+from connectors.kafka.sink.rows import check_columns, deterministic_order  # noqa: F401
+from connectors.kafka.sink.transactional_mode import TransactionalWriter
+from connectors.kafka.sink.writer import KafkaWriter, TaskReport
 
 log = logging.getLogger(__name__)
 
-FAMILY = "eo_kafka"
-
-# Failpoints of the driver's step (the tasks' are in ``connectors.kafka.writers``).
+# Failpoints of the driver's step (the tasks' are in ``writer`` and the mode modules).
 FP_BEFORE_COMMIT = "kafka_sink.before_commit"
 FP_AFTER_COMMIT = "kafka_sink.after_commit"
 
@@ -63,7 +66,7 @@ class KafkaSink(BatchSink):
     ``read_committed`` consumers never see a task's partial output, and steps 2-3 below are
     replaced by: find the commit fact of an earlier attempt (one offset fetch); if there is
     none, produce every row, add the fact and commit the transaction
-    (:class:`connectors.kafka.writers.TransactionalWriter`).
+    (:class:`connectors.kafka.sink.transactional_mode.TransactionalWriter`).
 
     Unit of parallelism: one Spark task (writer partition) per input partition; each runs
     its own idempotent (or transactional) producer.
@@ -242,6 +245,12 @@ class KafkaSink(BatchSink):
         # what its tasks committed.
         log.warning("%s %s: batch %d aborted; its retry will skip what was committed",
                     FAMILY, self.sink_id, batch_id)
+
+
+def writer_for(options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> KafkaWriter:
+    """The delivery mode the options choose, for one task attempt."""
+    mode = TransactionalWriter if options.transactional else RecoveryKeyWriter
+    return mode(options, state, task)
 
 
 __all__ = ["KafkaSink", "TaskReport", "check_producer_config", "deterministic_order"]

@@ -19,11 +19,9 @@ from typing import Any
 
 from connectors.core.errors import OptionError
 from connectors.core.options import RedactedDict
-from connectors.kafka.logs import LIBRDKAFKA_LOG
+from connectors.kafka.common import FAMILY, LIBRDKAFKA_LOG
 
 log = logging.getLogger(__name__)
-
-FAMILY = "eo_kafka"
 
 #: Producer settings the guarantee rests on (DESIGN.md section 6, "Producer").
 PRODUCER_DEFAULTS: dict[str, str] = {

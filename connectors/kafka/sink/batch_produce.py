@@ -33,10 +33,9 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
+from connectors.kafka.common import FAMILY
 
 log = logging.getLogger(__name__)
-
-FAMILY = "eo_kafka"
 
 _MSG_F_COPY = 0x2  # librdkafka copies the payload: the Arrow buffers may go right after
 _MSG_F_PARTITION = 0x8  # each message's own partition field

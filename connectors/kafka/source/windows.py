@@ -26,9 +26,9 @@ from typing import Any
 
 from connectors.core.errors import KafkaSourceError
 from connectors.core.options import stringify_options
-from connectors.kafka.options import KafkaSourceOptions
-from connectors.kafka.source import KafkaPlanner
-from connectors.kafka.windowlog import Window
+from connectors.kafka.source.options import KafkaSourceOptions
+from connectors.kafka.source.planner import KafkaPlanner
+from connectors.kafka.source.window_log import Window
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,14 @@ from typing import Any
 
 from connectors.core.errors import OptionError
 from connectors.core.options import OptionReader, RedactedDict, check_sink_id
-from connectors.kafka import recovery
-from connectors.kafka.options import DEFAULT_CONNECT_TIMEOUT, FAMILY, seconds_option
-from connectors.kafka.producers import producer_config
-from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
+from connectors.kafka.common import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RETRY_TIMEOUT,
+    FAMILY,
+    seconds_option,
+)
+from connectors.kafka.sink import recovery
+from connectors.kafka.sink.producers import producer_config
 
 
 @dataclass(frozen=True)

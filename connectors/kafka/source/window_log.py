@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.core.wal import WriteAheadLog
-from connectors.kafka.offsets import Offsets, decode_offsets, encode_offsets
+from connectors.kafka.source.offsets import Offsets, decode_offsets, encode_offsets
 
 log = logging.getLogger(__name__)
 

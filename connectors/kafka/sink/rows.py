@@ -2,8 +2,8 @@
 
 One task's Arrow batches become :class:`Rows` (columns ready for ``produce()``), numbered by
 their position after ``deterministic_order``; :func:`route` gives every row its target
-partition (``connectors.kafka.partitioner``) and a small id per target topic-partition for
-the vectorised dedupe decision (``connectors.kafka.recovery.decide``).
+partition (``connectors.kafka.sink.partitioner``) and a small id per target topic-partition for
+the vectorised dedupe decision (``connectors.kafka.sink.recovery.decide``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka import partitioner
-
-FAMILY = "eo_kafka"
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink import partitioner
 
 
 @dataclass

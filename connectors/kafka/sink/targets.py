@@ -15,13 +15,11 @@ import time
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka import producers
-from connectors.kafka.retry import is_transient, retrying, unreachable
-from connectors.kafka.sink_options import KafkaSinkOptions
+from connectors.kafka.common import FAMILY, is_transient, retrying, unreachable
+from connectors.kafka.sink import producers
+from connectors.kafka.sink.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
-
-FAMILY = "eo_kafka"
 
 #: Seconds a target topic may be unknown to the broker's metadata before the sink calls it
 #: missing (a topic created a moment ago is not in every broker's metadata cache yet).

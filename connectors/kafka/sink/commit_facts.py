@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka import producers
-from connectors.kafka.retry import retrying
+from connectors.kafka.common import FAMILY, retrying
+from connectors.kafka.sink import producers
 
 log = logging.getLogger(__name__)
 
-FAMILY = "eo_kafka"
 GROUP_PREFIX = "eo-sink-"
 # Kafka's offset.metadata.max.bytes default is 4096; keep well inside it.
 _MAX_METADATA = 3000

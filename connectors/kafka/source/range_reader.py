@@ -1,6 +1,6 @@
 """Executor side of the ``eo_kafka`` source: cached consumers and the range reader.
 
-:func:`read_range` reads one :class:`~connectors.kafka.offsets.OffsetRange` ``[start, end)``
+:func:`read_range` reads one :class:`~connectors.kafka.source.offsets.OffsetRange` ``[start, end)``
 and yields ``pyarrow.RecordBatch``es in Spark's Kafka schema. It stops on *position*, not
 on a message count: compaction and transaction markers leave gaps in the offsets, so
 "end - start messages" would wait forever (or read into the next window).
@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka.logs import LIBRDKAFKA_LOG
-from connectors.kafka.offsets import OffsetRange, report_data_loss
+from connectors.kafka.common import LIBRDKAFKA_LOG
+from connectors.kafka.source.offsets import OffsetRange, report_data_loss
 
 log = logging.getLogger(__name__)
 

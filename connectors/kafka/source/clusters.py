@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka.logs import LIBRDKAFKA_LOG
-from connectors.kafka.offsets import TP, Offsets, tp_name
-from connectors.kafka.options import ClusterSpec, KafkaSourceOptions
-from connectors.kafka.retry import retrying, unreachable
+from connectors.kafka.common import LIBRDKAFKA_LOG, retrying, unreachable
+from connectors.kafka.source.offsets import TP, Offsets, tp_name
+from connectors.kafka.source.options import ClusterSpec, KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,24 @@
-"""Retry of Kafka admin and metadata requests on errors Kafka itself calls transient.
+"""What the Kafka source and the Kafka sink share: the one module of ``connectors.kafka`` that
+both import, so that neither imports the other.
 
-A new topic's leader is not known for a moment; a rolling restart moves leaders; a group
-coordinator loads its state after a failover. Kafka answers those with
-NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and the
-like, and the right reaction is to ask again shortly. Every ListOffsets, metadata and
-group-offset request of the source and the sink goes through :func:`retrying`, which asks
-again with exponential backoff until a deadline (the option ``metadataRetryTimeout``,
-default 60 s), then fails with one error that names the request, the topic-partitions and
-the last error. Anything else fails at once.
+- ``FAMILY`` (``eo_kafka``), the name in both connectors' messages and option errors.
+- The duration options both read, through :func:`seconds_option`: ``connectTimeout``
+  (``DEFAULT_CONNECT_TIMEOUT``) and ``metadataRetryTimeout`` (``DEFAULT_RETRY_TIMEOUT``).
+- Where librdkafka's own log lines go. librdkafka repeats every failed connection attempt
+  (thousands of lines against an unreachable broker). Every client the connectors create
+  passes ``logger=LIBRDKAFKA_LOG``, so those lines reach Python logging as DEBUG records of
+  ``connectors.kafka.librdkafka`` and stay out of the user's console; our own errors say
+  what broke.
+- Retry of Kafka admin and metadata requests on errors Kafka itself calls transient. A new
+  topic's leader is not known for a moment; a rolling restart moves leaders; a group
+  coordinator loads its state after a failover. Kafka answers those with
+  NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and the
+  like, and the right reaction is to ask again shortly. Every ListOffsets, metadata and
+  group-offset request of the source and the sink goes through :func:`retrying`, which asks
+  again with exponential backoff until a deadline (the option ``metadataRetryTimeout``,
+  default 60 s), then fails with one error that names the request, the topic-partitions and
+  the last error. Anything else fails at once. A cluster that does not answer its first
+  request within ``connectTimeout`` fails with :func:`unreachable`'s message.
 """
 
 from __future__ import annotations
@@ -18,14 +29,41 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from connectors.core.errors import ConnectorError
+from connectors.core.options import OptionReader
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+FAMILY = "eo_kafka"
+#: Seconds the first request to a cluster may take (option ``connectTimeout``).
+DEFAULT_CONNECT_TIMEOUT = 30.0
 #: The default deadline of :func:`retrying`, in seconds (option ``metadataRetryTimeout``).
 DEFAULT_RETRY_TIMEOUT = 60.0
 
+
+def seconds_option(r: OptionReader, name: str, default: float, minimum: float) -> float:
+    """A duration option in seconds: ``metadataRetryTimeout`` (how long metadata, ListOffsets
+    and group-offset requests are asked again on transient errors), ``connectTimeout`` (the
+    bound on the first request to a cluster)."""
+    value = r.duration(name, default, minimum=minimum)
+    return default if value is None else float(value)
+
+
+# -- librdkafka's log lines --------------------------------------------------------------------
+class _Quiet(logging.Filter):
+    """Demote every librdkafka record to DEBUG (shown only when that logger enables it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+LIBRDKAFKA_LOG = logging.getLogger("connectors.kafka.librdkafka")
+LIBRDKAFKA_LOG.addFilter(_Quiet())
+
+
+# -- transient errors and the retry ------------------------------------------------------------
 # Transient by Kafka's protocol, whatever librdkafka's retriable flag says in a given path
 # (an error from a future of the admin API does not always carry it).
 _TRANSIENT_NAMES = (

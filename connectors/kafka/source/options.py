@@ -3,7 +3,7 @@ picklable specs (they travel to executors; no connections).
 
 - :class:`KafkaSourceOptions` (with :class:`ClusterSpec` and :class:`StartSpec`): Spark's
   Kafka source options, same names and semantics (docs/kafka-source.md lists them);
-- the sink's are in :mod:`connectors.kafka.sink_options` (docs/kafka-sink.md).
+- the sink's are in :mod:`connectors.kafka.sink.options` (docs/kafka-sink.md).
 """
 
 from __future__ import annotations
@@ -17,27 +17,21 @@ from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
 from connectors.core.options import OptionReader, RedactedDict
-from connectors.kafka.offsets import (
+from connectors.kafka.common import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RETRY_TIMEOUT,
+    FAMILY,
+    seconds_option,
+)
+from connectors.kafka.source.offsets import (
     TP,
     Offsets,
     decode_offsets,
     encode_offsets,
     parse_partition_offsets,
 )
-from connectors.kafka.retry import DEFAULT_RETRY_TIMEOUT
 
-FAMILY = "eo_kafka"
 DEFAULT_GROUP_PREFIX = "eo-kafka-source"
-#: Seconds the first request to a cluster may take (option ``connectTimeout``).
-DEFAULT_CONNECT_TIMEOUT = 30.0
-
-
-def seconds_option(r: OptionReader, name: str, default: float, minimum: float) -> float:
-    """A duration option in seconds: ``metadataRetryTimeout`` (how long metadata, ListOffsets
-    and group-offset requests are asked again on transient errors), ``connectTimeout`` (the
-    bound on the first request to a cluster)."""
-    value = r.duration(name, default, minimum=minimum)
-    return default if value is None else float(value)
 
 
 # -- the source ------------------------------------------------------------------------------

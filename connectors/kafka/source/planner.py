@@ -2,10 +2,10 @@
 
 This module knows Kafka but not Spark. ``connectors/spark/kafka_source.py`` adapts it to
 PySpark's ``DataSourceStreamReader``/``DataSourceReader`` (and is the only place that
-decodes and encodes Spark's offset JSON); ``connectors/kafka/windows.py`` builds the
+decodes and encodes Spark's offset JSON); ``connectors/kafka/source/windows.py`` builds the
 batch-window API on it. Beside it: ``options`` (the parsed options), ``clusters``
-(metadata, ListOffsets, group commits), ``windowlog`` (the window WAL), ``offsets`` (pure
-offset arithmetic) and ``consumer`` (the executors' range reader).
+(metadata, ListOffsets, group commits), ``window_log`` (the window WAL), ``offsets`` (pure
+offset arithmetic) and ``range_reader`` (the executors' range reader).
 
 Offsets here are always ``{(cluster, topic, partition): next_offset}``.
 """
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from connectors.core import failpoints
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka.clusters import Clusters
-from connectors.kafka.offsets import (
+from connectors.kafka.source.clusters import Clusters
+from connectors.kafka.source.offsets import (
     EARLIEST,
     LATEST,
     TP,
@@ -32,12 +32,12 @@ from connectors.kafka.offsets import (
     total_records,
     tp_name,
 )
-from connectors.kafka.options import (  # noqa: F401 - KafkaSourceOptions: public here too
+from connectors.kafka.source.options import (  # noqa: F401 - KafkaSourceOptions: public here too
     ClusterSpec,
     KafkaSourceOptions,
     StartSpec,
 )
-from connectors.kafka.windowlog import Window, WindowLog
+from connectors.kafka.source.window_log import Window, WindowLog
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class KafkaPlanner:
         if not backlog:
             return self._avg_record_bytes or 1024.0
         _, tp = backlog[0]
-        from connectors.kafka.consumer import sample_record_bytes
+        from connectors.kafka.source.range_reader import sample_record_bytes
 
         c = self.opts.cluster(tp[0])
         avg = sample_record_bytes(

@@ -1,0 +1,135 @@
+"""The recovery-key delivery mode of the exactly-once Kafka sink, its default (DESIGN.md s. 6).
+
+:class:`RecoveryKeyWriter`: the recovery-key header ``eo-rk`` on every record, a started
+marker before the first record, and on a retry a scan that skips what is already there
+(:mod:`connectors.kafka.sink.recovery`). A cached idempotent producer per worker. The
+steps every mode shares are :class:`connectors.kafka.sink.writer.KafkaWriter`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from connectors.core import failpoints
+from connectors.core.errors import KafkaSinkError
+from connectors.core.sink import TaskInfo
+from connectors.core.sink_state import SinkState
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink import producers, recovery
+from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.producers import ProducerSlot
+from connectors.kafka.sink.rows import Routing, Rows
+from connectors.kafka.sink.writer import KafkaWriter
+
+log = logging.getLogger(__name__)
+
+# Failpoint of this mode's step 2 (see the KafkaSink docstring).
+FP_AFTER_MARKER = "kafka_sink.after_marker"
+
+
+class RecoveryKeyWriter(KafkaWriter):
+    """Recovery keys and started markers; a cached idempotent producer per worker."""
+
+    #: What a retry's scan counts as written.
+    isolation = "read_uncommitted"
+
+    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
+        super().__init__(options, state, task)
+        self.markers = recovery.MarkerStore(state.storage, state.root, state)
+        self.marker: recovery.StartedMarker | None = None
+
+    def header_prefix(self) -> bytes:
+        return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """A retry routes with the counts its first attempt recorded, so partitions added
+        in between do not move its rows."""
+        self.marker = self.markers.get(self.task.batch_id, self.task.writer_id)
+        counts = dict(self.marker.partition_counts) if self.marker is not None else {}
+        missing = [t for t in topics if t not in counts]
+        if missing:
+            if self.marker is not None:
+                raise KafkaSinkError(
+                    f"{FAMILY} {self.sink_id}: retry of batch {self.task.batch_id} writer "
+                    f"{self.task.writer_id} writes to topics {missing} that its first attempt "
+                    "did not; the batch's input is not the same on replay"
+                )
+            counts.update(self.fetch_partition_counts(missing))
+        return counts
+
+    def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
+        b, w = self.task.batch_id, self.task.writer_id
+        if self.marker is None:
+            # 2. First attempt: the marker goes down before the first record does.
+            self.markers.put(recovery.StartedMarker(
+                sink_id=self.sink_id,
+                batch_id=b,
+                writer=w,
+                partition_counts=routing.counts,
+                watermarks=self.watermarks(list(routing.tp_of.values())),
+            ))
+            failpoints.hit(FP_AFTER_MARKER, b)
+            return None
+        # 2. Retry: scan from the marker's watermarks; skip rows at or below the max seq.
+        report = self.report
+        report.retry = True
+        start = self.marker.start_offsets()
+        names = routing.names
+        unknown = [names[i] for i, tp in routing.tp_of.items() if tp not in start]
+        if unknown:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: retry of batch {b} writer {w} routes rows to "
+                f"{unknown}, which its first attempt did not target; the batch's input "
+                "is not the same on replay"
+            )
+        result = self.scan(start)
+        report.scan_records, report.scan_seconds = result.records_read, result.seconds
+        id_of = routing.ids()
+        present = {id_of[tp]: s for tp, s in result.seqs.items() if s and tp in id_of}
+        stray = [f"{t}[{p}]" for (t, p), s in result.seqs.items() if s and (t, p) not in id_of]
+        if stray:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: recovery scan found records of batch {b} "
+                f"writer {w} in {stray}, where this attempt routes nothing; the "
+                "batch's input is not the same on replay"
+            )
+        skip = recovery.decide(rows.seqs, routing.target_ids, present, names)
+        report.skipped = int(skip.sum())
+        log.info("%s %s: batch %d writer %d retry: %d of %d rows already written "
+                 "(scan read %d records in %.2fs)", FAMILY, self.sink_id, b, w,
+                 report.skipped, rows.n, result.records_read, result.seconds)
+        return skip
+
+    def scan(self, start: dict[tuple[str, int], int]) -> recovery.ScanResult:
+        from confluent_kafka import Consumer
+
+        # Stop offsets are high watermarks (ListOffsets read_uncommitted): a read_committed
+        # consumer would be told the last stable offset, which another writer's open
+        # transaction can hold below records this task's earlier attempt committed.
+        marks = self.watermarks(list(start))
+        stop = {(t, int(p)): o for t, parts in marks.items() for p, o in parts.items()}
+        consumer = Consumer(producers.consumer_config(
+            self.options.producer_conf, self.sink_id, self.isolation))
+        try:
+            return recovery.scan(consumer, self.header_prefix(), start, stop,
+                                 self.options.scan_timeout)
+        finally:
+            consumer.close()
+
+    def open_producer(self) -> ProducerSlot:
+        slot = producers.cached_producer(self.options.producer_conf)
+        # Anything a failed earlier task left in this worker's producer must be settled
+        # before this task scans, or the scan could miss records still in flight.
+        slot.producer.flush(self.options.flush_timeout)
+        slot.errors.clear()
+        return slot
+
+    def on_failure(self, slot: ProducerSlot) -> None:
+        # Settle or drop what the failed attempt queued: its retry may run in this worker
+        # and must not race records of this attempt still in flight.
+        left = slot.producer.flush(min(self.options.flush_timeout, 30.0))
+        if left:
+            slot.producer.purge()
+        producers.evict_producer(self.options.producer_conf)

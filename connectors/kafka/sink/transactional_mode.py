@@ -1,0 +1,187 @@
+"""The transactional delivery mode of the exactly-once Kafka sink (``transactional=true``;
+DESIGN.md section 6, "Transactional mode").
+
+:class:`TransactionalWriter`: one Kafka transaction per task attempt holds its rows and a
+commit fact (:mod:`connectors.kafka.sink.commit_facts`); ``init_transactions`` fences a
+zombie attempt first, then one stable offset fetch tells whether an earlier attempt
+committed. No recovery-key header, no sort, no scan; each Arrow batch goes to librdkafka in
+one call (:mod:`connectors.kafka.sink.batch_produce`). The steps every mode shares are
+:class:`connectors.kafka.sink.writer.KafkaWriter`'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from connectors.core import failpoints
+from connectors.core.errors import KafkaSinkError
+from connectors.core.sink import TaskInfo
+from connectors.core.sink_state import SinkState
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery
+from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.producers import ProducerSlot
+from connectors.kafka.sink.rows import Routing, Rows, route, shape
+from connectors.kafka.sink.writer import KafkaWriter, TaskReport
+
+log = logging.getLogger(__name__)
+
+# Failpoint after this mode's commit (see the KafkaSink docstring).
+FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
+
+
+class TransactionalWriter(KafkaWriter):
+    """``transactional=true``: one Kafka transaction per task attempt holds its rows and
+    its commit fact (DESIGN.md section 6, "Transactional mode").
+
+    ``init_transactions`` (with transactional.id ``<sink_id>-<w>``) fences any earlier
+    attempt of (B, w) and completes or aborts its open transaction; one stable offset fetch
+    then tells whether that attempt committed. If it did, this one writes nothing and
+    reports the counts the fact recorded; otherwise it produces every row (no recovery-key
+    header unless ``recoveryKeyHeaders=true``, no sort), adds the fact, and commits.
+    """
+
+    ordered = False
+
+    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
+        super().__init__(options, state, task)
+        self.facts: commit_facts.FactWriter | None = None
+        self.topics: list[str] = []
+        self.in_txn = False
+
+    def header_prefix(self) -> bytes | None:
+        if not self.options.recovery_key_headers:
+            return None
+        return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
+
+    def batch_handle(self, producer: Any, rows: Rows) -> int | None:
+        # Safe here: librdkafka refuses to commit a transaction with a failed delivery, so
+        # the delivery reports batch produce does not see still fail the task.
+        if not self.options.batch_produce or rows.headers is not None or self.header_prefix():
+            return None
+        return batch_produce.handle(producer)
+
+    def open_producer(self) -> ProducerSlot:
+        # Both clients are created here and connect in the background while the rows are
+        # shaped; recover() then fences and reads.
+        self.facts = commit_facts.fact_writer(self.options.producer_conf, self.sink_id,
+                                          self.task.writer_id)
+        return producers.transactional_producer(
+            self.options.producer_conf, self.sink_id, self.task.writer_id)
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
+        topic = self.options.topic
+        if topic is None or self.options.recovery_key_headers:
+            # The commit fact's place depends on every row's topic, and recovery keys number
+            # the task's rows: both need the whole task first.
+            return super().write(batches)
+        return self.write_streaming(iter(batches), topic)
+
+    def write_streaming(self, batches: Iterator[pa.RecordBatch], topic: str) -> TaskReport:
+        """The whole task in one transaction, produced Arrow batch by Arrow batch as Spark
+        hands them over: the JVM's conversion of the next batch overlaps producing this one,
+        and the task holds one batch, not all of its rows."""
+        began = time.perf_counter()
+        report = self.report
+        if not self.admitted():
+            _drain(batches)
+            return report
+        first = next((x for x in batches if x.num_rows), None)
+        if first is None:
+            return report
+        slot = self.open_producer()
+        with self.attempt(slot):
+            counts = self.partition_counts([topic])
+            self.check_fact([topic], slot)
+            if report.already_committed:
+                report.rows = first.num_rows + _drain(batches)  # the task's rows, as below
+                return report
+            self.begin(slot)
+            for batch in itertools.chain([first], batches):
+                if not batch.num_rows:
+                    continue
+                rows = shape(pa.Table.from_batches([batch]), topic, self.sink_id)
+                routing = route(rows, counts, self.sink_id)
+                order = np.argsort(routing.target_ids, kind="stable")
+                report.produced += self.produce(slot.producer, rows, routing.parts, order,
+                                                done=report.produced)
+                report.rows += rows.n
+                for t, parts in routing.partition_counts().items():
+                    dst = report.partitions.setdefault(t, {})
+                    for p, n in parts.items():
+                        dst[p] = dst.get(p, 0) + n
+            self.settle(slot, None)
+        return self.finish(began)
+
+    def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
+        self.check_fact(list(rows.topics), slot)
+        return None
+
+    def check_fact(self, topics: list[str], slot: ProducerSlot) -> None:
+        """Fence, then read the fact of an earlier attempt (sets ``already_committed``)."""
+        b = self.task.batch_id
+        self.topics = topics
+        began = time.perf_counter()
+        # Fence first: init_transactions completes or aborts an earlier attempt's open
+        # transaction, so the fact read below sees its outcome.
+        producers.init_transactions(slot, self.options.flush_timeout)
+        if self.facts is None:
+            raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
+        fact = self.facts.read(self.topics, b, self.options.metadata_retry_timeout)
+        report = self.report
+        report.scan_seconds = time.perf_counter() - began
+        report.retry = self.task.attempt > 0 or fact is not None
+        if fact is not None:
+            # An earlier attempt of (B, w) committed its transaction: its rows are there.
+            report.already_committed = True
+            report.skipped = fact.rows
+            report.partitions = fact.partitions
+            log.info("%s %s: batch %d writer %d: an earlier attempt committed %d rows; this "
+                     "one writes nothing", FAMILY, self.sink_id, b, self.task.writer_id,
+                     fact.rows)
+
+    def begin(self, slot: ProducerSlot) -> None:
+        slot.producer.begin_transaction()
+        self.in_txn = True
+
+    def complete(self, slot: ProducerSlot, rows: Rows | None, report: TaskReport) -> None:
+        began = time.perf_counter()
+        timeout = self.options.flush_timeout
+        fact = commit_facts.CommitFact(self.task.batch_id, report.produced, report.partitions)
+        if self.facts is None:
+            raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
+        self.facts.send(slot.producer, self.topics, fact, timeout)
+        slot.producer.commit_transaction(timeout)
+        report.commit_seconds = time.perf_counter() - began
+        failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
+
+    def on_failure(self, slot: ProducerSlot) -> None:
+        if self.facts is not None:
+            commit_facts.drop_fact_writer(self.facts)  # its state is unknown after an error
+            self.facts = None
+        if not self.in_txn:
+            return
+        try:
+            slot.producer.abort_transaction(min(self.options.flush_timeout, 30.0))
+        except Exception as e:  # noqa: BLE001 - the retry's init_transactions fences it
+            log.warning("%s %s: abort_transaction after a failed task: %s", FAMILY,
+                        self.sink_id, e)
+
+    def release(self, slot: ProducerSlot) -> None:
+        # A transactional producer serves one task attempt: release it now, not whenever
+        # the garbage collector gets to it (a failed attempt's producer is kept alive by
+        # the exception's traceback).
+        producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
+
+
+def _drain(batches: Iterator[pa.RecordBatch]) -> int:
+    """Read what Spark still hands over (as the whole-task path does before deciding);
+    returns the number of rows."""
+    return sum(batch.num_rows for batch in batches)
