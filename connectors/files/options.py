@@ -5,11 +5,22 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from connectors.core.errors import FileSinkError, OptionError, StorageError
 from connectors.core.options import OptionReader, check_sink_id
-from connectors.core.storage import LocalStorage, Storage, storage_for
+from connectors.core.storage import (
+    LocalStorage,
+    Storage,
+    StorageOptions,
+    parse_storage_options,
+    storage_for,
+    storage_options_from,
+)
 from connectors.files.formats import FileFormat
+
+PATH_HINT = ("a local path, file://, hdfs://, webhdfs://, s3:// (s3a://), gs:// or "
+             "abfss:// URL")
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,11 @@ class FileSinkOptions:
     sink_id: str | None = None
     spark_metadata: bool = True
 
+    @property
+    def storage_options(self) -> StorageOptions:
+        options = getattr(self.storage, "options", None)
+        return options if isinstance(options, StorageOptions) else StorageOptions()
+
     @classmethod
     def create(
         cls,
@@ -41,18 +57,30 @@ class FileSinkOptions:
         csv_header: bool,
         webhdfs_url: str | None,
         hdfs_user: str | None,
+        storage_options: Mapping[str, Any] | StorageOptions | None = None,
     ) -> FileSinkOptions:
         """From the Python API's arguments (``FileSink(...)``, which has the defaults)."""
         if not isinstance(path, str) or not path.strip():
-            raise OptionError(
-                "eo_files: option 'path' is required: a local path, file://, hdfs:// or "
-                "webhdfs:// URL",
-                option="path",
-            )
+            raise OptionError(f"eo_files: option 'path' is required: {PATH_HINT}", option="path")
+        store_options = storage_options if isinstance(storage_options, StorageOptions) \
+            else storage_options_from(storage_options, "eo_files")
         try:
-            storage, resolved = storage_for(path, webhdfs_url=webhdfs_url, hdfs_user=hdfs_user)
+            storage, resolved = storage_for(path, webhdfs_url=webhdfs_url, hdfs_user=hdfs_user,
+                                            options=store_options, family="eo_files")
         except StorageError as e:
             raise OptionError(f"eo_files: option 'path' is not usable: {e}", option="path") from e
+        check = getattr(storage, "check_options", None)
+        if check is not None:
+            check()  # a storage.* key the object store client refuses fails here, offline
+        if not storage.atomic_rename and not spark_metadata:
+            raise OptionError(
+                "eo_files: option 'sparkMetadata' cannot be false for an object-store path: "
+                "without a rename, _spark_metadata is what tells readers which files are "
+                "committed; remove the option", option="sparkMetadata")
+        if isinstance(storage, LocalStorage) and os.path.isfile(resolved):
+            raise OptionError(
+                f"eo_files: option 'path' {storage.url(resolved)!r} is an existing file; give "
+                "a directory (it is created if missing)", option="path")
         if sink_id is not None:
             check_sink_id("eo_files", sink_id)
         file_format = FileFormat.parse(format, compression, csv_header=csv_header)
@@ -76,7 +104,7 @@ class FileSinkOptions:
     def from_options(cls, options: Mapping[str, str]) -> FileSinkOptions:
         """From Spark's string options (``writeStream.format("eo_files").option(...)``)."""
         r = OptionReader(options, family="eo_files")
-        path = r.required("path", "a local path, file://, hdfs:// or webhdfs:// URL")
+        path = r.required("path", PATH_HINT)
         parsed = cls.create(
             path,
             format=r.string("format") or "parquet",
@@ -89,6 +117,7 @@ class FileSinkOptions:
             csv_header=r.boolean("header", True),
             webhdfs_url=r.string("webhdfsUrl"),
             hdfs_user=r.string("hdfsUser"),
+            storage_options=parse_storage_options(r),
         )
         r.warn_unknown(ignore=("batchId", "checkpointLocation", "queryName"))
         return parsed

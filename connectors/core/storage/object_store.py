@@ -37,7 +37,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from datetime import timedelta
 from typing import IO, Any
 
-from connectors.core.errors import StorageError
+from connectors.core.errors import OptionError, StorageError
 from connectors.core.storage.base import CountingStream, Storage, is_hidden
 from connectors.core.storage.options import StorageOptions, unknown_storage_option
 
@@ -165,7 +165,11 @@ class ObjectStoreStorage(Storage):
 
     def check_options(self) -> None:
         """Build the client once, offline: a bad ``storage.*`` key fails at option time."""
-        self.store  # noqa: B018 - builds and caches the client
+        try:
+            self.store  # noqa: B018 - builds and caches the client
+        except StorageError as e:
+            raise OptionError(f"{self.family}: the storage.* options do not configure a "
+                              f"client: {e}", option="storage.*") from None
 
     # -- errors ---------------------------------------------------------------------------------
     def _clean(self, e: BaseException) -> str:
