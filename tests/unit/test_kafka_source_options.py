@@ -149,9 +149,17 @@ def test_group_id() -> None:
     assert "cannot be used together" in str(error(groupIdPrefix="x", **{"kafka.group.id": "g"}))
 
 
-def test_wal_path_refuses_object_stores() -> None:
-    with pytest.raises(Exception, match="(?i)s3|object|rename"):
-        parse(walPath="s3://bucket/wal")
+def test_wal_path_takes_object_stores_and_their_options() -> None:
+    opts = parse(walPath="s3://bucket/wal", **{"storage.endpoint": "http://127.0.0.1:1",
+                                                "storage.accessKeyId": "AK",
+                                                "storage.secretAccessKey": "S3CR3T"})
+    assert opts.wal_path == "s3://bucket/wal" and "S3CR3T" not in repr(opts)
+    assert "did you mean 'storage.region'" in str(error(walPath="s3://b/w",
+                                                        **{"storage.regoin": "x"}))
+    assert "object store paths only" in str(error(walPath="/tmp/w", **{"storage.region": "x"}))
+    half = str(error(walPath="s3://b/w", **{"storage.secretAccessKey": "S3CR3T"}))
+    assert "storage.* options do not configure" in half and "S3CR3T" not in half
+    assert "set but walPath is not" in str(error(**{"storage.region": "x"}))
 
 
 def test_clusters() -> None:

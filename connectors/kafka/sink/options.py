@@ -10,6 +10,12 @@ from typing import Any
 
 from connectors.core.errors import OptionError
 from connectors.core.options import OptionReader, RedactedDict, check_sink_id
+from connectors.core.storage import (
+    StorageOptions,
+    check_state_path,
+    parse_storage_options,
+    storage_options_from,
+)
 from connectors.kafka.common import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
@@ -39,6 +45,8 @@ class KafkaSinkOptions:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     fail_on_unknown_topic: bool = False
     batch_produce: bool = True
+    #: ``storage.*``: how to reach an object store holding ``walPath``
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @classmethod
     def create(
@@ -59,6 +67,7 @@ class KafkaSinkOptions:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         fail_on_unknown_topic: bool = False,
         batch_produce: bool = True,
+        storage_options: Mapping[str, Any] | StorageOptions | None = None,
     ) -> KafkaSinkOptions:
         """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
         if not sink_id or not str(sink_id).strip():
@@ -69,10 +78,14 @@ class KafkaSinkOptions:
             )
         if not wal_path or not str(wal_path).strip():
             raise OptionError(
-                f"{FAMILY}: option 'walPath' is required: a directory (local or hdfs://) for "
-                "the sink's commit log and started markers, stable across restarts",
+                f"{FAMILY}: option 'walPath' is required: a directory (local, hdfs://, s3://, "
+                "gs:// or abfss://) for the sink's commit log and started markers, stable "
+                "across restarts",
                 option="walPath",
             )
+        storage = storage_options if isinstance(storage_options, StorageOptions) \
+            else storage_options_from(storage_options, FAMILY)
+        check_state_path(str(wal_path).strip(), storage, FAMILY, "walPath")
         sink_id = check_sink_id(FAMILY, str(sink_id).strip())
         recovery.key_prefix(sink_id, 0, 0)  # validates the sink id's length
         return cls(
@@ -91,6 +104,7 @@ class KafkaSinkOptions:
             connect_timeout=_positive(connect_timeout, "connect_timeout"),
             fail_on_unknown_topic=bool(fail_on_unknown_topic),
             batch_produce=bool(batch_produce),
+            storage=storage,
         )
 
     @classmethod
@@ -117,6 +131,7 @@ class KafkaSinkOptions:
             connect_timeout=seconds_option(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1),
             fail_on_unknown_topic=r.boolean("failOnUnknownTopic", False),
             batch_produce=r.boolean("batchProduce", True),
+            storage_options=parse_storage_options(r),
         )
         r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
         return parsed

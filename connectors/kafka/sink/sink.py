@@ -114,6 +114,7 @@ class KafkaSink(BatchSink):
         connect_timeout: float = 30.0,
         fail_on_unknown_topic: bool = False,
         batch_produce: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._init(KafkaSinkOptions.create(
             sink_id, wal_path, bootstrap_servers=bootstrap_servers, topic=topic,
@@ -121,7 +122,8 @@ class KafkaSink(BatchSink):
             transactional=transactional, unsafe=unsafe, flush_timeout=flush_timeout,
             scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout,
             recovery_key_headers=recovery_key_headers, connect_timeout=connect_timeout,
-            fail_on_unknown_topic=fail_on_unknown_topic, batch_produce=batch_produce))
+            fail_on_unknown_topic=fail_on_unknown_topic, batch_produce=batch_produce,
+            storage_options=storage_options))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:
@@ -157,7 +159,8 @@ class KafkaSink(BatchSink):
     def _state(self) -> SinkState:
         """The sink's WAL at ``walPath`` (commit log, owner, started markers)."""
         if self._wal is None:
-            self._wal = recovery.sink_state(*storage_for(self.wal_path))
+            self._wal = recovery.sink_state(*storage_for(
+                self.wal_path, options=self.options.storage, family=FAMILY))
         return self._wal
 
     def last_committed(self) -> int | None:
@@ -170,11 +173,10 @@ class KafkaSink(BatchSink):
         check_columns(schema, self.topic)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
         if not self._identity_checked:
-            require_directory(self.wal_path, FAMILY, "walPath")
+            require_directory(self.wal_path, FAMILY, "walPath", self.options.storage)
             state = self._state()
-            state.check_owner(FAMILY, self.sink_id)
-            state.claim(self.sink_id)
-            state.check_owner(FAMILY, self.sink_id)  # a concurrent claim won
+            state.check_storage()
+            state.claim(FAMILY, self.sink_id)
             self._identity_checked = True
 
     def check_service(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
 from connectors.core.options import OptionReader, RedactedDict
+from connectors.core.storage import StorageOptions, check_state_path, parse_storage_options
 from connectors.kafka.common import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
@@ -141,6 +142,8 @@ class KafkaSourceOptions:
     include_headers: bool = False
     group_id: str = DEFAULT_GROUP_PREFIX
     wal_path: str | None = None
+    #: ``storage.*``: how to reach an object store holding ``walPath``
+    storage: StorageOptions = field(default_factory=StorageOptions)
     poll_timeout_s: float = 120.0
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     timestamp_strategy: str = "error"
@@ -213,12 +216,13 @@ class KafkaSourceOptions:
         max_per_partition = r.integer("maxRecordsPerPartition", None, minimum=1)
         include_headers = r.boolean("includeHeaders", False)
         wal_path = r.string("walPath")
+        storage = parse_storage_options(r)
         if wal_path is not None:
-            from connectors.core.storage import require_directory, storage_for
-
-            storage_for(wal_path)  # refuses object stores and bad URLs now, not mid-query
-            if "://" not in wal_path or wal_path.startswith("file:"):
-                require_directory(wal_path, "eo_kafka", "walPath")  # local: no network
+            check_state_path(wal_path, storage, FAMILY, "walPath")
+        elif storage:
+            raise r.error(f"storage.{storage.values[0][0]}", "is set but walPath is not",
+                          "storage.* options configure the store of walPath; set walPath or "
+                          "remove them")
         group_id = _group_id(r, top_kafka, clusters, wal_path)
         poll_ms = r.integer("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
         strategy = r.choice(
@@ -245,6 +249,7 @@ class KafkaSourceOptions:
             include_headers=include_headers,
             group_id=group_id,
             wal_path=wal_path,
+            storage=storage,
             poll_timeout_s=(poll_ms or 120_000) / 1000.0,
             metadata_retry_timeout=retry_timeout,
             connect_timeout_s=connect_timeout,

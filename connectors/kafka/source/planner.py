@@ -57,7 +57,8 @@ class KafkaPlanner:
         self.opts = opts
         self.clusters = Clusters(opts)
         self.wal: WindowLog | None = (
-            None if opts.wal_path is None else WindowLog(opts.wal_path, opts.multi_cluster))
+            None if opts.wal_path is None
+            else WindowLog(opts.wal_path, opts.multi_cluster, opts.storage))
         self._avg_record_bytes: float | None = None
         self._avg_samples = 0
 

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.core.storage import StorageOptions
 from connectors.core.wal import WriteAheadLog
 from connectors.kafka.source.offsets import Offsets, decode_offsets, encode_offsets
 
@@ -32,9 +33,11 @@ class Window:
 class WindowLog:
     """The windows of one source's WAL, on any storage backend (opened on first use)."""
 
-    def __init__(self, url: str, multi_cluster: bool) -> None:
+    def __init__(self, url: str, multi_cluster: bool,
+                 storage: StorageOptions | None = None) -> None:
         self.url = url
         self.multi_cluster = multi_cluster
+        self.storage = storage or StorageOptions()
         self._wal: WriteAheadLog | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -48,7 +51,8 @@ class WindowLog:
     @property
     def wal(self) -> WriteAheadLog:
         if self._wal is None:
-            self._wal = WriteAheadLog.open(self.url, WAL_KIND)
+            self._wal = WriteAheadLog.open(self.url, WAL_KIND, options=self.storage,
+                                           family="eo_kafka")
         return self._wal
 
     def _decode(self, window: int, record: dict[str, Any]) -> Window:
