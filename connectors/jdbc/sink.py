@@ -26,11 +26,12 @@ from connectors.core import failpoints
 from connectors.core.errors import ConnectorError, JdbcSinkError
 from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
+from connectors.jdbc.columns import Layout
 from connectors.jdbc.dialects import Dialect, dialect_for
 from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
 from connectors.jdbc.options import JdbcSinkOptions
 from connectors.jdbc.staging import Staging, staging_for
-from connectors.jdbc.tables import Layout, Tables, prepared_layout, remember_layout
+from connectors.jdbc.tables import Tables, prepared_layout, remember_layout
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,8 @@ import sqlalchemy as sa
 from connectors.core.errors import JdbcSinkError
 from connectors.core.sink import TaskInfo
 from connectors.jdbc import pgbinary
-from connectors.jdbc.columns import first_rows
+from connectors.jdbc.columns import Layout, first_rows
 from connectors.jdbc.dialects import PostgresDialect
-from connectors.jdbc.tables import Layout
 
 if TYPE_CHECKING:
     from connectors.jdbc.sink import JdbcSink
@@ -111,6 +110,7 @@ class Staging(ABC):
         self.sink = sink
         self.layout = layout
         self.options = sink.options
+        self.mode = sink.options.write_mode
         self.tables = sink.tables
 
     @abstractmethod
@@ -131,7 +131,8 @@ class Staging(ABC):
 
 
 class RowStaging(Staging):
-    """Tagged rows in the staging table, applied set-based by ``Dialect.apply``."""
+    """Tagged rows in the staging table, applied set-based by the write mode
+    (``connectors.jdbc.modes``)."""
 
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> StagedRows:
         token = new_token()
@@ -175,9 +176,8 @@ class RowStaging(Staging):
                      counts)
 
     def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
-        # Append checks the INSERT's row count in apply instead: one scan less.
         expected = self._expected(messages)
-        if expected and self.options.mode != "append":
+        if expected and not self.mode.counted_by_apply:  # else apply's row count checks
             self._count(conn, batch_id, expected)
 
     def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
@@ -188,33 +188,17 @@ class RowStaging(Staging):
         staged = sum(expected.values())
         stage = self.tables.stage(conn, self.layout)
         where = sa.and_(stage.c.eo_batch == batch_id, stage.c.eo_attempt.in_(list(expected)))
-        if o.mode == "sql":
-            self._apply_statement(conn, stage, where)
-            return staged
-        applied = self.sink.dialect.apply(
-            conn, o.mode, self.tables.target_names(self.layout), stage,
-            [c.column for c in self.layout.columns], [self.layout.column(k) for k in o.keys],
-            [self.layout.column(a) for a in o.accumulate], where)
-        if o.mode == "append" and applied is None:
+        applied = self.mode.apply(conn, self.sink.dialect,
+                                  self.tables.target_names(self.layout), stage, self.layout,
+                                  where, o.batch_size)
+        if self.mode.counted_by_apply and applied is None:
             self._count(conn, batch_id, expected)
-        elif o.mode == "append" and applied != staged:
+        elif self.mode.counted_by_apply and applied != staged:
             self._count(conn, batch_id, expected)
             raise JdbcSinkError(
                 f"eo_jdbc sink {o.sink_id!r}: batch {batch_id}: applied {applied} staged "
                 f"rows, the tasks reported {staged}; nothing was committed")
         return staged
-
-    def _apply_statement(self, conn: sa.Connection, stage: sa.Table, where: Any) -> None:
-        """Mode ``sql``: the user's statement once per staged row, in writer order."""
-        stmt = sa.text(self.options.statement or "")
-        names = self.layout.names
-        result = conn.execute(sa.select(*[stage.c[c.column] for c in self.layout.columns])
-                              .where(where).order_by(stage.c.eo_writer))
-        while True:
-            chunk = result.fetchmany(self.options.batch_size)
-            if not chunk:
-                break
-            conn.execute(stmt, [dict(zip(names, r, strict=True)) for r in chunk])
 
     def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
         self.sink.dialect.clear_stage(conn, self.tables.stage(conn, self.layout), batch_id)
@@ -312,7 +296,7 @@ class InlineStaging(Staging):
 
     def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
         inline = [m for m in messages if isinstance(m, InlineRows) and m.rows > 0]
-        if self.options.mode != "append":
+        if not self.mode.as_is:
             # The set-based step applies them with the task-staged rows, in one statement.
             landed = self.rows.land(conn, batch_id, inline)
             return self.fallback.apply(conn, batch_id, [*messages, *landed])
