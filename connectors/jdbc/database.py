@@ -118,6 +118,7 @@ class Database:
             with conn.begin():
                 message = write(conn)
                 failpoints.hit("jdbc.before_stage_commit", task.batch_id)
+            # 1. The task's rows are staged: leaving the block committed its transaction.
         except ConnectorError:
             raise
         except Exception as e:

@@ -48,35 +48,43 @@ class JdbcSink(BatchSink):
       ``keys``; ``accumulate`` (``col = col + new`` for the ``accumulate`` columns, the
       non-idempotent increment of a word count); or ``sql`` (your statement, once per row).
     - **Guarantee**: exactly-once per ``(sink_id, batch_id)``: a batch's rows and the
-      advance of ``eo_sink_commits.batch_id`` commit in one database transaction, and a
-      batch id at or below the committed one is a no-op. It holds when ``sink_id`` is stable
-      across restarts and unique per target, the batch ids are stable on replay (Spark's
-      ``batchId``, or a ``KafkaWindows`` window id) and increase, and nothing else writes
-      the sink's commit row or staging table.
+      advance of ``eo_sink_commits.batch_id`` commit in one database transaction; the
+      committed batch id again is a no-op (a replay), and a lower one is refused
+      (``BatchOrderError``: a new checkpoint needs ``eo-connectors sink reset``). It holds
+      when ``sink_id`` is stable across restarts and unique per target, the batch ids are
+      stable on replay (Spark's ``batchId``, or a ``KafkaWindows`` window id) and increase,
+      and nothing else writes the sink's commit row or staging table.
     - **Parallelism**: one staging transaction per Spark task (writer partition) into the
       staging table ``eo_stage_<sink_id>`` (UNLOGGED, filled with COPY on PostgreSQL); then
       one commit transaction per batch on the driver. In ``foreachBatch`` a small batch
       (``smallBatchRows``) skips the staging transactions: its rows go to the driver and are
       written in the commit transaction alone.
 
-    Protocol of one batch ``B`` (DESIGN.md section 7; mirrored by ``# 1.``... in the code):
+    Protocol of one batch ``B`` (DESIGN.md section 7; each step is marked ``# 1.``,
+    ``# 2a.``... where it happens):
 
-    1. Stage (each task, ``stage``): write the task's rows where the commit finds them,
-       tagged ``(B, writer, attempt token)``, in the task's own transaction, and report
-       their count (``connectors.jdbc.staging``: the staging table; binary COPY blocks for
-       PostgreSQL append; in ``foreachBatch``, a small partition goes to the driver
-       instead). Failpoints ``jdbc.before_stage_commit``, ``jdbc.after_stage``.
+    1. Stage (each task, ``stage``): a task of a batch below the committed one fails first
+       (foreachBatch admitted the batch on the driver); then the staging strategy
+       (``connectors.jdbc.staging``) writes the task's rows where the commit finds them,
+       tagged ``(B, writer, attempt token)``, in the task's own transaction
+       (``Database.task_transaction``), and reports their count: the staging table; binary
+       COPY blocks for PostgreSQL append; in ``foreachBatch``, a small partition goes to
+       the driver instead, with no transaction. Failpoints ``jdbc.before_stage_commit``
+       (before the task's transaction commits) and ``jdbc.after_stage`` (after).
     2. Commit (driver, ``commit``), ONE transaction:
 
-       a. ``SELECT batch_id FROM eo_sink_commits WHERE sink_id = ... FOR UPDATE``. If it
-          is ``>= B``, this is a replay: delete the staged rows of ``<= B`` and return.
-       b. Check that the staging tables hold exactly what each winning attempt reported.
-       c. Apply the winning attempts' rows to the target: set-based (``INSERT ...
-          SELECT``, ``ON CONFLICT`` for upsert and accumulate), one ``COPY`` of the
-          blocks, the driver's own rows directly.
-       d. Move the commit row to ``B``.
-       e. Delete staged rows of batches ``<= B`` (losing attempts, orphans of crashed
-          runs). Failpoint ``jdbc.before_commit``.
+       a. Lock: ``SELECT batch_id FROM eo_sink_commits WHERE sink_id = ... FOR UPDATE``
+          (SQLite: ``BEGIN IMMEDIATE``). ``B`` equal to it is a replay: clear the staged
+          rows of ``<= B`` and return; ``B`` below it raises ``BatchOrderError``.
+       b. Verify (``Staging.verify``): the staging tables hold exactly what each winning
+          attempt reported (append checks the INSERT's row count in c instead).
+       c. Apply (``Staging.apply``) the winning attempts' rows to the target: set-based
+          by the write mode (``connectors.jdbc.modes``: ``INSERT ... SELECT``, ``ON
+          CONFLICT`` for upsert and accumulate, the statement per row for sql), one
+          ``COPY`` of the blocks, the driver's own rows directly.
+       d. Record: move the commit row to ``B``.
+       e. Clear (``Staging.clear``): delete staged rows of batches ``<= B`` (losing
+          attempts, orphans of crashed runs). Failpoint ``jdbc.before_commit``.
        f. COMMIT. Failpoint ``jdbc.after_commit`` (after the database commit, before
           Spark's commit log).
     3. Abort (``abort``): delete this batch's staged rows; orphans of older batches go at
@@ -212,6 +220,9 @@ class JdbcSink(BatchSink):
             if last is not None and task.batch_id < last:
                 check_batch_order(FAMILY, self.options.sink_id, task.batch_id, last,
                                   self._where(), self._reset_command())
+        # 1. Stage the rows where the strategy keeps them, in the task's own transaction
+        #    (Database.task_transaction: failpoints jdbc.before_stage_commit and
+        #    jdbc.after_stage); the foreachBatch path may keep them for the driver instead.
         return self._staging().stage(task, batches)
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
@@ -225,6 +236,7 @@ class JdbcSink(BatchSink):
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
                      self.options.sink_id, batch_id)
             return
+        # 2f. (after) The batch is in the database; Spark's commit log is not written yet.
         failpoints.hit("jdbc.after_commit", batch_id)
         log.info("eo_jdbc sink %s: committed batch %d (%d rows, %d writers) into %s in %.1f ms",
                  self.options.sink_id, batch_id, rows, len(msgs), self.options.qualified_table,
@@ -234,23 +246,24 @@ class JdbcSink(BatchSink):
         sink_id = self.options.sink_id
         db = self.database
         with db.connect(isolation=True) as conn, conn.begin():
-            # 2a. Lock the sink's commit row. The last committed batch again is a replay; a
-            #     lower id (a new checkpoint, a second writer) raises and rolls back.
+            # 2a. Lock the sink's commit row. The last committed batch again is a replay
+            #     (clear what it staged, change nothing else); a lower id (a new checkpoint,
+            #     a second writer) raises and rolls back.
             last = db.commits.lock(conn, sink_id)
             if not check_batch_order(FAMILY, sink_id, batch_id, last, self._where(),
                                      self._reset_command()):
                 staging.clear(conn, batch_id, msgs)
                 return None
-            # 2b.
+            # 2b. Verify: the staged rows are exactly what the winning attempts reported.
             staging.verify(conn, batch_id, msgs)
-            # 2c.
+            # 2c. Apply them to the target (the write mode's SQL, or COPY of the blocks).
             rows = staging.apply(conn, batch_id, msgs)
-            # 2d.
+            # 2d. Record: move the commit row to this batch, in the same transaction.
             db.commits.record(conn, sink_id, batch_id, rows)
-            # 2e.
+            # 2e. Clear the staged rows of batches up to this one (losers, orphans).
             staging.clear(conn, batch_id, msgs)
             failpoints.hit("jdbc.before_commit", batch_id)
-        # 2f. (the context manager committed)
+        # 2f. COMMIT: leaving the block committed the transaction.
         return rows
 
     def abort(self, batch_id: int, messages: Sequence[Any | None]) -> None:
@@ -258,6 +271,7 @@ class JdbcSink(BatchSink):
         that the next commit removes, so a failing cleanup must not hide the original error."""
         db = self.database
         try:
+            # 3. Abort: delete what this batch staged, whichever staging tables exist.
             with db.connect() as conn, conn.begin():
                 db.tables.delete_batch(conn, batch_id)
         except Exception as e:  # noqa: BLE001 - see docstring
