@@ -10,7 +10,8 @@ This module is the protocol. Beside it: ``options`` (the parsed options) and ``m
 tables, connections, retries, transactions), which this protocol and the ``staging``
 strategies (where tasks put their rows: staging table, COPY blocks, or the driver) both
 use; ``tables`` (table preparation), ``dialects``, ``pgcopy`` and ``pgbinary`` (what
-differs between databases), ``metadata`` (the commit table).
+differs between databases), ``metadata`` (the commit table), ``admin`` (the operator's
+status and reset of the commit table, for ``eo-connectors sink``).
 """
 
 from __future__ import annotations
