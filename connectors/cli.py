@@ -95,63 +95,16 @@ def _summarize(record: dict[str, Any]) -> str:
 
 # -- sink status -------------------------------------------------------------------------------
 def sink_status(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
+    from connectors.jdbc import admin
 
     shown = redact_url(args.url)
-    try:
-        engine = sa.create_engine(args.url)
-    except Exception as e:
-        raise ConnectorError(f"sink status: cannot use URL {shown}: {_url_problem(e)}") from None
-    try:
-        with engine.connect() as conn:
-            present = sa.inspect(conn).has_table(args.table)
-    except Exception as e:
-        engine.dispose()
-        raise ConnectorError(
-            f"sink status: cannot connect to {shown}: {redact_url(str(e).splitlines()[0])}"
-        ) from None
-    if not present:
-        engine.dispose()
-        raise ConnectorError(
-            f"sink status: {shown} has no table {args.table!r}: no eo_jdbc sink has committed "
-            "there (check --url, or --table if the sink sets metadataTable)")
-    table = sa.table(args.table, sa.column("sink_id"), sa.column("batch_id"),
-                     sa.column("rows"), sa.column("committed_at"))
-    query = sa.select(table.c.sink_id, table.c.batch_id, table.c.rows, table.c.committed_at)
-    if args.sink_id:
-        query = query.where(table.c.sink_id == args.sink_id)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(query.order_by(table.c.sink_id)).all()
-    except Exception as e:
-        raise ConnectorError(
-            f"sink status: cannot read {args.table!r} at {shown}: "
-            f"{redact_url(str(e).splitlines()[0])}"
-        ) from None
-    finally:
-        engine.dispose()
-    sinks = [{"sink_id": r[0], "batch_id": r[1], "rows": r[2], "committed_at": r[3]}
-             for r in rows]
+    sinks = admin.status(args.url, args.table, args.sink_id)
     lines = [f"JDBC sinks at {shown} (table {args.table})"]
     lines += [f"  {s['sink_id']}: last committed batch {s['batch_id']} "
               f"({s['rows']} rows, at {s['committed_at']})" for s in sinks]
-    if not sinks:
-        which = f"sink {args.sink_id!r}" if args.sink_id else "any sink"
-        raise ConnectorError(f"sink status: table {args.table!r} at {shown} has no row for "
-                             f"{which}: no such eo_jdbc sink has run there")
     lines = [ln.replace("last committed batch -1 ", "nothing committed yet ") for ln in lines]
     _emit(args, {"url": shown, "table": args.table, "sinks": sinks}, lines)
     return 0
-
-
-def _url_problem(e: Exception) -> str:
-    """Why SQLAlchemy refused a URL, without repeating it (it may hold a password)."""
-    if type(e).__name__ == "NoSuchModuleError":
-        return ("unknown SQLAlchemy dialect/driver; use e.g. postgresql+psycopg://, "
-                "mysql+pymysql:// or sqlite:///")
-    if type(e).__name__ == "ArgumentError":
-        return "not a SQLAlchemy URL (dialect+driver://user:password@host/db)"
-    return type(e).__name__
 
 
 # -- sink reset --------------------------------------------------------------------------------
@@ -198,42 +151,12 @@ def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _reset_jdbc(args: argparse.Namespace) -> dict[str, Any]:
-    import sqlalchemy as sa
-
-    from connectors.jdbc.metadata import NOTHING_COMMITTED, CommitsTable
-    from connectors.jdbc.options import parse_table_name
+    from connectors.jdbc import admin
 
     if not args.sink_id:
         raise ConnectorError("sink reset: --sink-id is required with --url")
-    shown = redact_url(args.url)
-    schema, name = parse_table_name(args.table, "--table")
-    commits = CommitsTable(name, schema)
-    try:
-        engine = sa.create_engine(args.url)
-    except Exception as e:
-        raise ConnectorError(f"sink reset: cannot use URL {shown}: {_url_problem(e)}") from None
-    try:
-        with engine.begin() as conn:
-            if not sa.inspect(conn).has_table(name, schema=schema):
-                raise ConnectorError(f"sink reset: {shown} has no table {args.table!r}")
-            t = commits.table
-            row = conn.execute(sa.select(t.c.batch_id).where(t.c.sink_id == args.sink_id)
-                               .with_for_update()).first()
-            if row is None:
-                raise ConnectorError(f"sink reset: table {args.table!r} at {shown} has no "
-                                     f"row for sink {args.sink_id!r}: nothing to reset")
-            # The row stays (it is what committers lock); -1 = nothing committed since.
-            conn.execute(t.update().where(t.c.sink_id == args.sink_id)
-                         .values(batch_id=NOTHING_COMMITTED, rows=0))
-    except ConnectorError:
-        raise
-    except Exception as e:
-        raise ConnectorError(f"sink reset: cannot reset {args.sink_id!r} at {shown}: "
-                             f"{redact_url(str(e).splitlines()[0])}") from None
-    finally:
-        engine.dispose()
-    last = None if int(row[0]) < 0 else int(row[0])
-    return {"sink_id": args.sink_id, "where": f"table {args.table!r} at {shown}",
+    last = admin.reset(args.url, args.sink_id, args.table)
+    return {"sink_id": args.sink_id, "where": f"table {args.table!r} at {redact_url(args.url)}",
             "last_committed": last, "batch_offset": 0, "resets": 1}
 
 

@@ -17,8 +17,8 @@ from connectors.core.options import (
 )
 from connectors.jdbc.dialects import normalize_url
 from connectors.jdbc.metadata import DEFAULT_NAME
+from connectors.jdbc.modes import WriteMode
 
-MODES = ("append", "upsert", "accumulate", "sql")
 # Spark's JDBC spellings -> SQLAlchemy's.
 ISOLATION_LEVELS = {
     "READ_UNCOMMITTED": "READ UNCOMMITTED",
@@ -66,12 +66,10 @@ class JdbcSinkOptions:
 
     url: str = field(repr=False)
     sink_id: str
-    mode: str
+    #: ``mode`` with ``keys``, ``accumulate`` and ``statement``: chosen once, here
+    write_mode: WriteMode
     table: str | None
     table_schema: str | None
-    keys: tuple[str, ...] = ()
-    accumulate: tuple[str, ...] = ()
-    statement: str | None = None
     create_table: bool = False
     batch_size: int = 10_000
     retry_deadline: float = 30.0
@@ -82,6 +80,23 @@ class JdbcSinkOptions:
     staging_schema: str | None = None
     small_batch_rows: int = 10_000
     stage_blocks: bool = True
+
+    # The option values as given, read from the write mode (which owns them).
+    @property
+    def mode(self) -> str:
+        return self.write_mode.name
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.write_mode.keys
+
+    @property
+    def accumulate(self) -> tuple[str, ...]:
+        return self.write_mode.columns
+
+    @property
+    def statement(self) -> str | None:
+        return self.write_mode.statement
 
     @property
     def redacted_url(self) -> str:
@@ -115,36 +130,15 @@ class JdbcSinkOptions:
                 "commit table, so it must stay the same across restarts",
             )
         check_sink_id("eo_jdbc", sink_id)
-        mode = r.choice("mode", MODES, default="append") or "append"
+        kind = WriteMode.kind(r)
         table_text = r.string("table")
         schema, table = (None, None)
         if table_text is not None:
             schema, table = parse_table_name(table_text, "table")
-        elif mode != "sql":
+        elif kind.needs_table:
             raise r.error("table", "is required but was not set",
                           "name the target table (schema.table allowed)")
-        keys = tuple(r.csv_list("keys"))
-        acc = tuple(r.csv_list("accumulate"))
-        statement = r.string("statement")
-        if mode in ("upsert", "accumulate") and not keys:
-            raise r.error("keys", f"is required with mode '{mode}'",
-                          "list the key columns, e.g. keys=word (comma-separated)")
-        if mode == "accumulate" and not acc:
-            raise r.error("accumulate", "is required with mode 'accumulate'",
-                          "list the columns to add to, e.g. accumulate=count")
-        if mode != "accumulate" and acc:
-            raise r.error("accumulate", f"is only used with mode 'accumulate', not '{mode}'",
-                          "remove it or set mode=accumulate")
-        if set(keys) & set(acc):
-            raise r.error("accumulate", f"repeats key columns {sorted(set(keys) & set(acc))}",
-                          "a column is either a key or accumulated")
-        if mode == "sql" and not statement:
-            raise r.error("statement", "is required with mode 'sql'",
-                          "give SQL with named parameters, e.g. INSERT INTO t (w, n) VALUES "
-                          "(:w, :n) ON CONFLICT (w) DO UPDATE SET n = t.n + excluded.n")
-        if mode != "sql" and statement:
-            raise r.error("statement", f"is only used with mode 'sql', not '{mode}'",
-                          "remove it or set mode=sql")
+        write_mode = kind.from_reader(r)
         create_table = r.boolean("createTable", False)
         if create_table and table is None:
             raise r.error("createTable", "needs option 'table'", "name the table to create")
@@ -174,12 +168,9 @@ class JdbcSinkOptions:
         return cls(
             url=url.render_as_string(hide_password=False),
             sink_id=sink_id,
-            mode=mode,
+            write_mode=write_mode,
             table=table,
             table_schema=schema,
-            keys=keys,
-            accumulate=acc,
-            statement=statement,
             create_table=create_table,
             batch_size=batch_size,
             retry_deadline=30.0 if deadline is None else deadline,

@@ -11,6 +11,8 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.jdbc import dialects as d
+from connectors.jdbc.columns import Layout
+from connectors.jdbc.modes import Accumulate, Append, CustomSql, Upsert
 from connectors.jdbc.options import JdbcSinkOptions, parse_table_name, staging_name
 from connectors.jdbc.sink import JdbcSink
 
@@ -88,6 +90,19 @@ def test_python_constructor_matches_spark_options() -> None:
     assert again.options == a.options
 
 
+def test_the_mode_is_chosen_once_as_a_type() -> None:
+    assert opts().write_mode == Append() and opts(keys="k").write_mode == Append(("k",))
+    assert opts(mode="UPSERT", keys="a,b").write_mode == Upsert(("a", "b"))
+    acc = opts(mode="accumulate", keys="w", accumulate="n,m")
+    assert acc.write_mode == Accumulate(("w",), ("n", "m"))
+    assert (acc.mode, acc.keys, acc.accumulate, acc.statement) == ("accumulate", ("w",),
+                                                                   ("n", "m"), None)
+    sql = JdbcSinkOptions.from_options({"url": BASE["url"], "sink_id": "s", "mode": "sql",
+                                        "statement": "insert into t values (:w)"})
+    assert sql.write_mode == CustomSql("insert into t values (:w)") and sql.table is None
+    assert pickle.loads(pickle.dumps(acc)) == acc
+
+
 def test_table_names_and_staging_names() -> None:
     assert parse_table_name("t", "table") == (None, "t")
     assert parse_table_name("s.t", "table") == ("s", "t")
@@ -120,6 +135,10 @@ def test_value_checks_name_table_column_and_type() -> None:
     with pytest.raises(JdbcSinkError, match=r"column 's' \(VARCHAR\(3\)\).*4 characters"):
         d.check_values("t", pa.record_batch({"s": ["abcd"]}), [short])
     d.check_values("t", pa.record_batch({"s": ["abc", None]}), [short])
+
+
+def _layout(*columns: tuple[str, pa.DataType, sa.types.TypeEngine]) -> Layout:
+    return Layout(tuple(d.column_spec(n, n, a, t, sqlite.dialect()) for n, a, t in columns))
 
 
 def _compile(stmt: object, dialect: sa.Dialect) -> str:
@@ -155,7 +174,9 @@ def test_accumulate_sql_per_dialect(dialect_cls: type, sa_dialect: sa.Dialect, c
                                                    ("seen", sa.DateTime())])
     cap = _Capture()
     where = stage.c.eo_batch == 3
-    dia.apply(cap, "accumulate", target, stage, ["word", "n", "seen"], ["word"], ["n"], where)
+    layout = _layout(("word", pa.string(), sa.Text()), ("n", pa.int64(), sa.BigInteger()),
+                     ("seen", pa.timestamp("us"), sa.DateTime()))
+    Accumulate(("word",), ("n",)).apply(cap, dia, target, stage, layout, where, 100)
     text = _compile(cap.statements[0], sa_dialect)
     assert conflict in text and added in text
     assert "GROUP BY" in text and "sum(" in text and "max(" in text
@@ -169,7 +190,8 @@ def test_upsert_without_other_columns_does_nothing_on_conflict() -> None:
     target = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
     stage = dia.stage_table("st", None, [("k", sa.Integer())])
     cap = _Capture()
-    dia.apply(cap, "upsert", target, stage, ["k"], ["k"], [], stage.c.eo_batch == 1)
+    layout = _layout(("k", pa.int32(), sa.Integer()))
+    Upsert(("k",)).apply(cap, dia, target, stage, layout, stage.c.eo_batch == 1, 100)
     assert "ON CONFLICT (k) DO NOTHING" in _compile(cap.statements[0], postgresql.dialect())
 
 
