@@ -31,11 +31,12 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from connectors.core.sink import check_batch_order, ownership_error
 from connectors.core.storage import Storage, storage_for
-from connectors.core.wal import WriteAheadLog, read_record
+from connectors.core.wal import RETAIN_EVERY, WriteAheadLog, read_record
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +134,19 @@ class SinkState:
     def commit_info(self, batch_id: int) -> dict[str, Any] | None:
         return self.log.commit_info(batch_id)
 
-    def retain(self, batch_id: int) -> None:
-        """After ``batch_id`` committed: drop its task markers (and older ones) and apply the
-        log's retention rule, keeping the newest ``keep`` batches."""
+    def retain(self, batch_id: int, writers: Iterable[int] | None = None) -> None:
+        """After ``batch_id`` committed: drop its task markers and apply the log's retention
+        rule, keeping the newest ``keep`` batches. With ``writers`` (the committed tasks),
+        their markers are deleted by name (one bulk request, no listing) and the markers of
+        older batches, which a failed batch may have left, at every ``RETAIN_EVERY``-th
+        batch; without, every marker of ``batch_id`` and older ones now."""
         if self._markers is not None:
-            self.purge_markers(batch_id)
+            if writers is not None and batch_id % RETAIN_EVERY:
+                paths = [self.marker_path(batch_id, w) for w in writers]
+                if paths:
+                    self.storage.delete_many(paths)
+            else:
+                self.purge_markers(batch_id)
         self.log.retain(batch_id, self.keep)
 
     # -- ownership -------------------------------------------------------------------------

@@ -53,6 +53,10 @@ RESET_FILE = "_eo_reset.json"
 RESET_COMMAND = "eo-connectors sink reset --path <path> [--sink-id <sink_id>]"
 
 
+#: (store, path, sink_id) whose path and ownership this process checked
+_CHECKED: set[tuple[Any, ...]] = set()
+
+
 @dataclass(frozen=True)
 class StagedFiles:
     """The stage message of one task: the files it wrote under ``_eo_staging/<batch>/``."""
@@ -162,12 +166,18 @@ class FileSink(BatchSink):
 
     # -- driver-side validation ----------------------------------------------------------
     def check_schema(self, schema: pa.Schema) -> None:
-        """Columns, path and store, checked on the driver before any task writes."""
+        """Columns, path and store, checked on the driver before any task writes. The path,
+        the store's create-if-absent and the ownership are checked once per process (Spark
+        checks a streaming sink before every micro-batch; every commit admits its batch)."""
         self._check_columns(schema)
+        key = (self.storage.identity(), self.path, self.sink_id)
+        if key in _CHECKED:
+            return
         self.options.check_path()
         state = self.state
         state.check_storage()
         state.check_owner("eo_files", self.sink_id)
+        _CHECKED.add(key)
 
     def _check_columns(self, schema: pa.Schema) -> None:
         check_partition_columns(schema, self.partition_by)

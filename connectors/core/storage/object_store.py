@@ -235,6 +235,11 @@ class ObjectStoreStorage(Storage):
                     f"{self.kind}: {op} {where} was refused: the credentials were not "
                     f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or the "
                     "provider's environment and identity)") from None
+            if "builder error" in text:
+                raise StorageError(
+                    f"{self.kind}: {op} {where}: the client refused the endpoint "
+                    f"{self.options.get('endpoint') or 'from the environment'}; an http:// "
+                    "endpoint needs storage.allowHttp=true") from None
             if _unreachable(text):
                 raise StorageError(
                     f"{self.kind}: {op} {where}: the store is unreachable at "
@@ -317,7 +322,9 @@ class ObjectStoreStorage(Storage):
             keys += [o["path"] for o in self._objects(path)]
         for i in range(0, len(keys), _BULK):
             _count("DELETE")
-            with self._errors("delete", path):
+            # Azure answers 404 for a key that is gone (S3 does not); the bulk request still
+            # deletes every other key, so a missing one is nothing to report.
+            with contextlib.suppress(FileNotFoundError), self._errors("delete", path):
                 obstore.delete(self.store, keys[i:i + _BULK])
         return True
 
@@ -326,7 +333,7 @@ class ObjectStoreStorage(Storage):
         keys = [self._key(p) for p in paths]
         for i in range(0, len(keys), _BULK):
             _count("DELETE")
-            with self._errors("delete", "/" + keys[i]):
+            with contextlib.suppress(FileNotFoundError), self._errors("delete", "/" + keys[i]):
                 obstore.delete(self.store, keys[i:i + _BULK])
         return len(keys)
 

@@ -47,6 +47,11 @@ FP_BEFORE_COMMIT = "kafka_sink.before_commit"
 FP_AFTER_COMMIT = "kafka_sink.after_commit"
 
 
+#: (walPath, storage options, sink_id) whose ownership this process verified. An owner
+#: record is created once and never changes; every task and commit still admits its batch.
+_IDENTITY_CHECKED: set[tuple[Any, ...]] = set()
+
+
 class KafkaSink(BatchSink):
     """Writes a DataFrame to Kafka exactly once per (sink_id, batch id).
 
@@ -172,12 +177,14 @@ class KafkaSink(BatchSink):
     def check_schema(self, schema: pa.Schema) -> None:
         check_columns(schema, self.topic)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
-        if not self._identity_checked:
+        key = (self.wal_path, self.options.storage, self.sink_id)
+        if not self._identity_checked and key not in _IDENTITY_CHECKED:
             require_directory(self.wal_path, FAMILY, "walPath", self.options.storage)
             state = self._state()
             state.check_storage()
             state.claim(FAMILY, self.sink_id)
             self._identity_checked = True
+            _IDENTITY_CHECKED.add(key)  # ownership never changes: once per process
 
     def check_service(self) -> None:
         """The cluster answers within ``connectTimeout``, and the ``topic`` option names a
@@ -236,7 +243,8 @@ class KafkaSink(BatchSink):
             partitions=partitions,
         )
         failpoints.hit(FP_AFTER_COMMIT, batch_id)
-        state.retain(batch_id)
+        # Started markers exist in the recovery-key mode only, one per task: by name.
+        state.retain(batch_id, [] if self.transactional else [r.writer for r in reports])
         log.info("%s %s: committed batch %d: %d rows, %d produced, %d skipped as already "
                  "written", FAMILY, self.sink_id, batch_id, info["rows"], info["produced"],
                  info["skipped"])
