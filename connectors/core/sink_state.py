@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from connectors.core.sink import check_batch_order, ownership_error
