@@ -37,7 +37,7 @@ from connectors.core.errors import FileSinkError, StorageError
 from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.core.storage import Storage, storage_for
+from connectors.core.storage import LocalStorage, Storage, storage_for
 from connectors.core.wal import WriteAheadLog
 from connectors.files.formats import RollingWriter, WrittenFile, check_partition_columns
 from connectors.files.options import FileSinkOptions
@@ -173,9 +173,13 @@ class FileSink(BatchSink):
         key = (self.storage.identity(), self.path, self.sink_id)
         if key in _CHECKED:
             return
-        self.options.check_path()
         state = self.state
-        state.check_storage()
+        local = isinstance(self.storage, LocalStorage)
+        if local:
+            self.options.check_path()  # offline, and clearer than a failed probe
+        state.check_storage()  # on a remote store the probe's create is the clearest check
+        if not local:
+            self.options.check_path()
         state.check_owner("eo_files", self.sink_id)
         _CHECKED.add(key)
 
@@ -423,7 +427,12 @@ def committed_batches(path: str, **storage_kwargs: Any) -> list[dict[str, Any]]:
     """The committed batches still in ``<path>/_eo_log`` (the newest ``LOG_RETENTION``):
     ``[{"batch_id", "files": [final paths], "rows", "bytes", "sink_id"}]``, oldest first.
     ``storage_kwargs``: ``webhdfs_url``, ``hdfs_user``, ``options`` (``StorageOptions``)."""
-    wal = sink_state(*storage_for(path, **storage_kwargs)).log
+    return batches_in(sink_state(*storage_for(path, **storage_kwargs)))
+
+
+def batches_in(state: SinkState) -> list[dict[str, Any]]:
+    """:func:`committed_batches` of a sink state already opened."""
+    wal = state.log
     out: list[dict[str, Any]] = []
     for seq in wal.committed_seqs():
         info = wal.commit_info(seq) or {}

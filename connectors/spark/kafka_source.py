@@ -127,6 +127,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: KafkaSourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.planner = KafkaPlanner(opts)
+        self.planner.check_wal()  # a walPath on a store that cannot commit fails the start
         self._latest: dict[TP, int] | None = None
         self._target: dict[TP, int] | None = None
         self._last_trigger = time.monotonic()
@@ -235,6 +236,8 @@ class KafkaBatchReader(DataSourceReader):
     def __init__(self, opts: KafkaSourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.planner = KafkaPlanner(opts)
+        if opts.window is None:
+            self.planner.check_wal()
 
     def _ranges(self) -> list[OffsetRange]:
         p = self.planner

@@ -223,8 +223,11 @@ class ObjectStoreStorage(Storage):
                     f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or "
                     "AWS_ACCESS_KEY_ID, the instance role, GOOGLE_APPLICATION_CREDENTIALS, "
                     "AZURE_STORAGE_*)") from None
+            cause = "" if "(" in text.rsplit(":", 1)[-1] else (
+                "the answer gave no reason (as for every HEAD request): either the "
+                "credentials are wrong or ")
             raise StorageError(
-                f"{self.kind}: {op} {where} was denied ({text}); the role needs list, "
+                f"{self.kind}: {op} {where} was denied ({text}); {cause}the role needs list, "
                 "get, put and delete on this prefix (docs/deploying.md lists them)") from None
         except BaseError as e:
             text = self._clean(e)

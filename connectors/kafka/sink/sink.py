@@ -179,9 +179,9 @@ class KafkaSink(BatchSink):
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
         key = (self.wal_path, self.options.storage, self.sink_id)
         if not self._identity_checked and key not in _IDENTITY_CHECKED:
-            require_directory(self.wal_path, FAMILY, "walPath", self.options.storage)
             state = self._state()
-            state.check_storage()
+            state.check_storage()  # first: the probe's create names a bad store best
+            require_directory(self.wal_path, FAMILY, "walPath", self.options.storage)
             state.claim(FAMILY, self.sink_id)
             self._identity_checked = True
             _IDENTITY_CHECKED.add(key)  # ownership never changes: once per process

@@ -65,6 +65,12 @@ class KafkaPlanner:
     def close(self) -> None:
         self.clusters.close()
 
+    def check_wal(self) -> None:
+        """Driver, at start: the WAL's store enforces create-if-absent (probed once per
+        store and process) and answers; one clear error before anything is planned."""
+        if self.wal is not None:
+            self.wal.check()
+
     def partitions(self) -> list[TP]:
         """The partitions every cluster's subscription matches now (sorted)."""
         return list(self.clusters.partitions())

@@ -66,6 +66,11 @@ class WindowLog:
                                            family="eo_kafka")
         return self._wal
 
+    def check(self) -> None:
+        """The capability probe of the WAL's store (``check_create_if_absent``)."""
+        wal = self.wal
+        wal.storage.check_create_if_absent(wal.dir)
+
     def _decode(self, window: int, record: dict[str, Any]) -> Window:
         return Window(window, decode_offsets(record["start"], self.multi_cluster),
                       decode_offsets(record["end"], self.multi_cluster))
