@@ -29,6 +29,21 @@ from connectors.core.errors import ConnectorError
 from connectors.core.options import redact_url
 
 
+def _storage(args: argparse.Namespace, url: str) -> tuple[Any, str]:
+    """The backend of a path argument, with ``--storage KEY=VALUE`` options (object stores;
+    the provider's own environment and credential chain fill in the rest)."""
+    from connectors.core.storage import storage_for, storage_options_from
+
+    pairs = {}
+    for kv in getattr(args, "storage", None) or []:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise ConnectorError(f"--storage {key!r}: give KEY=VALUE, e.g. endpoint=http://h:9000")
+        pairs[key.removeprefix("storage.")] = value
+    return storage_for(url, options=storage_options_from(pairs, "eo-connectors"),
+                       family="eo-connectors")
+
+
 def _emit(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
@@ -38,10 +53,9 @@ def _emit(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
 
 # -- wal show ----------------------------------------------------------------------------------
 def wal_show(args: argparse.Namespace) -> int:
-    from connectors.core.storage import storage_for
     from connectors.core.wal import WriteAheadLog
 
-    storage, root = storage_for(args.path)
+    storage, root = _storage(args, args.path)
     if not storage.exists(root):
         raise ConnectorError(f"wal show: {args.path!r} does not exist")
     if not storage.is_dir(root):
@@ -125,18 +139,16 @@ def sink_reset(args: argparse.Namespace) -> int:
 
 
 def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
-    from connectors.core.storage import storage_for
-
     if args.wal_path:
         from connectors.kafka.sink.recovery import sink_state as kafka_state
 
-        family, state = "eo_kafka", kafka_state(*storage_for(args.wal_path))
+        family, state = "eo_kafka", kafka_state(*_storage(args, args.wal_path))
         if not args.sink_id:
             raise ConnectorError("sink reset: --sink-id is required with --wal-path")
     else:
         from connectors.files.sink import sink_state as files_state
 
-        family, state = "eo_files", files_state(*storage_for(args.path))
+        family, state = "eo_files", files_state(*_storage(args, args.path))
     if not state.storage.is_dir(state.root):
         raise ConnectorError(f"sink reset: {state.url()} is not a directory")
     owner = state.owner()
@@ -223,10 +235,10 @@ def watermarks(bootstrap: str, partitions: list[Any], timeout: float) -> dict[tu
 
 # -- files status ------------------------------------------------------------------------------
 def files_status(args: argparse.Namespace) -> int:
-    from connectors.core.storage import storage_for
-    from connectors.files.sink import LOG_DIR, committed_batches
+    from connectors.files.placement import placement_for
+    from connectors.files.sink import LOG_DIR, batches_in, committed_paths, sink_state
 
-    storage, root = storage_for(args.path)
+    storage, root = _storage(args, args.path)
     if not storage.exists(root):
         raise ConnectorError(f"files status: {args.path!r} does not exist")
     if not storage.is_dir(root):
@@ -234,14 +246,34 @@ def files_status(args: argparse.Namespace) -> int:
     if not storage.exists(storage.join(root, LOG_DIR)):
         raise ConnectorError(f"files status: {args.path!r} has no {LOG_DIR}: no eo_files sink "
                              "has committed there")
-    batches = committed_batches(args.path)
+    batches = batches_in(sink_state(storage, root))
     lines = [f"eo_files output {args.path}: {len(batches)} committed batches"]
     for b in batches[-args.last:] if args.last else batches:
         lines.append(f"  batch {b['batch_id']}: {len(b['files'])} files, {b.get('rows', '?')} rows")
         if args.verbose:
             lines += [f"      {f}" for f in b["files"]]
     total_files = sum(len(b["files"]) for b in batches)
-    _emit(args, {"path": args.path, "batches": batches, "files": total_files}, lines)
+    # What is not (yet) committed: staged files or attempt records, and on object stores
+    # data files under their final names that no committed batch lists (the batch in
+    # flight, or what a failed attempt left before its batch's cleanup).
+    pending = placement_for(storage, root, "").pending()
+    uncommitted: list[str] = []
+    if not storage.atomic_rename:
+        committed = set(committed_paths(storage, root))
+        uncommitted = sorted(f for f in storage.walk_files(root)
+                             if not f[len(root):].lstrip("/").startswith("_")
+                             and f not in committed)
+    if pending:
+        lines.append(f"  {len(pending)} entries in _eo_staging (attempts in flight, or left "
+                     "by failed ones until the next commit's cleanup)")
+    if uncommitted:
+        lines.append(f"  {len(uncommitted)} data files in no committed batch (the batch in "
+                     "flight, or files of failed attempts until the next cleanup)")
+        if args.verbose:
+            lines += [f"      {storage.url(f)}" for f in uncommitted]
+    _emit(args, {"path": args.path, "batches": batches, "files": total_files,
+                 "staging": [storage.url(p) for p in pending],
+                 "uncommitted": [storage.url(f) for f in uncommitted]}, lines)
     return 0
 
 
@@ -260,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         return sp
 
+    def with_storage(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--storage", action="append", metavar="KEY=VALUE",
+                        help="a storage.* option for an object-store path (repeatable), e.g. "
+                        "endpoint=http://minio:9000; credentials also come from AWS_*, "
+                        "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*")
+
     from connectors.demo.app import add_demo_arguments
 
     d = with_json(sub.add_parser("demo", help="end-to-end exactly-once demo with a crash"))
@@ -269,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     wal = sub.add_parser("wal", help="inspect a write-ahead log").add_subparsers(
         dest="wal_command", required=True)
     w = with_json(wal.add_parser("show", help="windows and offsets, committed or not"))
-    w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://)")
+    w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://, s3://, gs://, "
+                   "abfss://)")
+    with_storage(w)
     w.add_argument("--kind", help="only this log (e.g. source, sink)")
     w.add_argument("--last", type=int, default=0, help="only the last N entries")
     w.set_defaults(func=wal_show)
@@ -289,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--table", default="eo_sink_commits", help="eo_jdbc: metadata table name")
     r.add_argument("--wal-path", help="eo_kafka sink: its walPath")
     r.add_argument("--path", help="eo_files: the output path")
+    with_storage(r)
     r.set_defaults(func=sink_reset)
 
     lg = with_json(sub.add_parser("lag", help="per-partition lag of a consumer group"))
@@ -305,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("path")
     f.add_argument("--last", type=int, default=0, help="only the last N batches")
     f.add_argument("-v", "--verbose", action="store_true", help="list every file")
+    with_storage(f)
     f.set_defaults(func=files_status)
     return p
 

@@ -8,14 +8,18 @@ every run, every file a reader can list must open and parse, and nothing may be 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import uuid
+from collections.abc import Callable
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from connectors import cli
 from connectors.files.sink import FileSink, committed_files
 from tests.helpers import assert_exact, run_pipeline
 
@@ -81,7 +85,8 @@ def s3_rows(sink: FileSink) -> list[tuple[int, int, str]]:
 
 
 def crash_and_recover(argv: list[str], sink: FileSink, failpoints: list[str],
-                      env: dict[str, str] | None = None) -> None:
+                      env: dict[str, str] | None = None,
+                      after_kill: Callable[[str], None] | None = None) -> None:
     expected = expected_rows()
     for point in failpoints:
         result = run_pipeline(argv, failpoint=point, timeout=240, env=env)
@@ -89,6 +94,8 @@ def crash_and_recover(argv: list[str], sink: FileSink, failpoints: list[str],
         seen = committed_rows(sink)
         assert len(seen) == len(set(seen)), f"duplicates visible after a crash at {point}"
         assert set(seen) <= set(expected)
+        if after_kill is not None:
+            after_kill(point)
     result = run_pipeline(argv, timeout=240, env=env)
     assert result.returncode == 0 and "PIPELINE DONE" in result.output, result.output[-3000:]
     assert_exact(committed_rows(sink), expected, what="committed output")
@@ -191,6 +198,21 @@ def test_s3_output_survives_a_kill_at_each_failpoint_and_readers_see_committed_r
         *storage_args,
     ]
     sink = FileSink(out, storage_options=s3_service.python_options())
+    cli_storage = [a for k, v in s3_service.python_options().items()
+                   for a in ("--storage", f"{k}={v}")]
+
+    def status(point: str) -> None:
+        """``files status`` shows what a kill before the commit left: data files in no
+        committed batch, and the attempt records naming them."""
+        out_text = io.StringIO()
+        with contextlib.redirect_stdout(out_text):
+            assert cli.main(["files", "status", out, "--json", *cli_storage]) == 0
+        doc = json.loads(out_text.getvalue())
+        if point in ("files.task_staged@0", "files.after_stage@1"):
+            assert doc["uncommitted"] and doc["staging"], doc
+        assert set(doc["uncommitted"]).isdisjoint(committed_files(
+            out, storage_options=s3_service.python_options()))
+
     crash_and_recover(argv, sink, [
         "files.task_staged@0",  # one task's files are in place, the batch is not committed
         "files.after_stage@1",  # every task's files are in place, the driver has not begun
@@ -198,7 +220,7 @@ def test_s3_output_survives_a_kill_at_each_failpoint_and_readers_see_committed_r
         "files.after_rename@3",  # publishing in place does nothing: the next step is the log
         "files.before_log@4",
         "files.after_log@5",  # the restart replays batch 5, which must write nothing
-    ])
+    ], after_kill=status)
     storage = sink.storage
     committed = set(committed_files(out, storage_options=s3_service.python_options()))
     listed = {storage.url(f) for f in storage.walk_files(sink.path) if "/_" not in f}
