@@ -77,6 +77,7 @@ class SinkState:
         reset_file: str = "reset.json",
         what: str = "walPath",
         family: str = "sink",
+        reset_flag: str = "--wal-path",
     ) -> None:
         self.storage = storage
         self.root = root
@@ -87,6 +88,7 @@ class SinkState:
         self._reset_path = storage.join(root, reset_file)
         self.what = what
         self.family = family
+        self.reset_flag = reset_flag
         #: the newest committed batch the last :meth:`admit` saw (spares a second listing)
         self.last_listed: int | None = None
 
@@ -193,16 +195,22 @@ class SinkState:
             except FileExistsError:
                 self.check_owner(family, sink_id)  # ours already, or a concurrent claim won
 
-    def admit(self, family: str, sink_id: str | None, batch_id: int, reset: str) -> bool:
+    def admit(self, family: str, sink_id: str | None, batch_id: int) -> bool:
         """Ownership, then the batch order: True to write ``batch_id`` (the sink's
         numbering), False for a replay of the last committed batch; raises otherwise.
         One listing of the log (and, once per process, the owner's record)."""
         last = self.last_listed = self.last_committed()
         self.check_owner(family, sink_id, last)
+        reset = self.reset_command(sink_id)
         if last is not None and batch_id < last:
             return check_batch_order(family, sink_id, batch_id, last, self.url(), reset,
                                      self.batch_offset())
         return check_batch_order(family, sink_id, batch_id, last, self.url(), reset)
+
+    def reset_command(self, sink_id: str | None) -> str:
+        """The command that records a restart of this sink (named in errors)."""
+        return f"eo-connectors sink reset {self.reset_flag} {self.url()}" + (
+            f" --sink-id {sink_id}" if sink_id else "")
 
     # -- reset -----------------------------------------------------------------------------
     def reset_record(self) -> dict[str, Any] | None:

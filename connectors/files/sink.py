@@ -50,7 +50,6 @@ LOG_DIR = "_eo_log"
 LOG_RETENTION = 100
 #: the restart record ``eo-connectors sink reset`` writes (hidden from readers: ``_``)
 RESET_FILE = "_eo_reset.json"
-RESET_COMMAND = "eo-connectors sink reset --path <path> [--sink-id <sink_id>]"
 
 
 #: (store, path, sink_id) whose path and ownership this process checked
@@ -256,9 +255,7 @@ class FileSink(BatchSink):
         return self.state.is_committed(batch_id)
 
     def admit(self, batch_id: int, state: SinkState | None = None) -> bool:
-        reset = f"eo-connectors sink reset --path {self.storage.url(self.path)}" + (
-            f" --sink-id {self.sink_id}" if self.sink_id else "")
-        return (state or self.state).admit("eo_files", self.sink_id, batch_id, reset)
+        return (state or self.state).admit("eo_files", self.sink_id, batch_id)
 
     def batch_offset(self) -> int:
         return self.state.batch_offset()
@@ -389,7 +386,8 @@ def sink_state(storage: Storage, path: str) -> SinkState:
     """The file sink's state under its output path: the log ``_eo_log`` (rename plans and
     commit records, the newest ``LOG_RETENTION`` kept); the owner is the newest commit's."""
     return SinkState(storage, path, log_kind=LOG_DIR, keep=LOG_RETENTION,
-                     reset_file=RESET_FILE, what="output path", family="eo_files")
+                     reset_file=RESET_FILE, what="output path", family="eo_files",
+                     reset_flag="--path")
 
 
 def committed_paths(storage: Storage, path: str) -> list[str]:

@@ -24,6 +24,7 @@ from connectors.files.sink import FileSink, committed_files
 from tests.helpers import assert_exact, run_pipeline
 
 PIPELINE = os.path.join(os.path.dirname(__file__), "pipelines", "files_pipeline.py")
+READ_S3A = os.path.join(os.path.dirname(__file__), "pipelines", "spark_read_s3a.py")
 TOTAL = 600
 PER_BATCH = 100  # 6 micro-batches
 
@@ -82,6 +83,15 @@ def s3_rows(sink: FileSink) -> list[tuple[int, int, str]]:
                        partition_base_dir=base).to_table()
     cols = [table.column(c).to_pylist() for c in ("id", "grp", "payload")]
     return [(int(i), int(g), p) for i, g, p in zip(*cols, strict=True)]
+
+
+def spark_read_s3a(s3_service, out: str) -> list[tuple[int, int, str]]:
+    """Spark's own parquet reader over s3a:// (hadoop-aws), in its own process."""
+    conf = [a for k, v in s3_service.spark_conf().items() for a in ("--conf", f"{k}={v}")]
+    result = run_pipeline([READ_S3A, "--path", out, *conf], timeout=240)
+    assert result.returncode == 0, result.output[-3000:]
+    line = next(x for x in result.output.splitlines() if x.startswith("ROWS "))
+    return [(int(i), int(g), p) for i, g, p in json.loads(line[5:])]
 
 
 def crash_and_recover(argv: list[str], sink: FileSink, failpoints: list[str],
@@ -188,7 +198,7 @@ def test_s3_output_survives_a_kill_at_each_failpoint_and_readers_see_committed_r
     shows, sees no duplicate; the last run completes the output exactly. A reader that
     lists the bucket instead would have seen the killed attempts' files until the
     replay's cleanup deleted them, which the end state checks."""
-    out = f"s3://{s3_bucket}/out"
+    out = f"s3a://{s3_bucket}/out"  # s3a: what Spark's own reader (hadoop-aws) opens
     storage_args = [a for k, v in s3_service.python_options().items()
                     for a in ("--storage", f"{k}={v}")]
     argv = [
@@ -212,6 +222,11 @@ def test_s3_output_survives_a_kill_at_each_failpoint_and_readers_see_committed_r
             assert doc["uncommitted"] and doc["staging"], doc
         assert set(doc["uncommitted"]).isdisjoint(committed_files(
             out, storage_options=s3_service.python_options()))
+        if point == "files.after_stage@1":
+            # Spark's own reader, through _spark_metadata, while the bucket holds the
+            # killed attempt's files: exactly the committed rows (batch 0's).
+            spark_rows = spark_read_s3a(s3_service, out)
+            assert_exact(spark_rows, committed_rows(sink), "Spark's s3a read mid-crash")
 
     crash_and_recover(argv, sink, [
         "files.task_staged@0",  # one task's files are in place, the batch is not committed
@@ -221,6 +236,7 @@ def test_s3_output_survives_a_kill_at_each_failpoint_and_readers_see_committed_r
         "files.before_log@4",
         "files.after_log@5",  # the restart replays batch 5, which must write nothing
     ], after_kill=status)
+    assert_exact(spark_read_s3a(s3_service, out), expected_rows(), "Spark's own s3a read")
     storage = sink.storage
     committed = set(committed_files(out, storage_options=s3_service.python_options()))
     listed = {storage.url(f) for f in storage.walk_files(sink.path) if "/_" not in f}

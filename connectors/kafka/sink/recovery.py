@@ -228,11 +228,8 @@ def sink_state(storage: Storage, root: str) -> SinkState:
     ``sink.json``, started markers ``started/``, reset record ``reset.json``."""
     return SinkState(storage, root, log_kind="commits", keep=KEEP_COMMITS, owner_record=True,
                      markers="started", reset_file="reset.json", what="walPath",
-                     family=FAMILY)
+                     family=FAMILY, reset_flag="--wal-path")
 
-
-#: how a user records a restart of a Kafka sink (named in errors)
-RESET_COMMAND = "eo-connectors sink reset --wal-path <walPath> --sink-id <sink_id>"
 
 
 # -- the scan --------------------------------------------------------------------------------

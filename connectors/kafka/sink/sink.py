@@ -198,10 +198,7 @@ class KafkaSink(BatchSink):
 
     def admit(self, batch_id: int) -> bool:
         """Ownership of walPath, then the batch order (``SinkState.admit``)."""
-        return self._state().admit(FAMILY, self.sink_id, batch_id, self._reset_command())
-
-    def _reset_command(self) -> str:
-        return f"eo-connectors sink reset --wal-path {self.wal_path} --sink-id {self.sink_id}"
+        return self._state().admit(FAMILY, self.sink_id, batch_id)
 
     def batch_offset(self) -> int:
         return self._state().batch_offset()
@@ -216,7 +213,7 @@ class KafkaSink(BatchSink):
         state = self._state()
         # Ownership before "already committed": another sink's commit of this batch id
         # must not pass for ours.
-        if not state.admit(FAMILY, self.sink_id, batch_id, self._reset_command()):
+        if not state.admit(FAMILY, self.sink_id, batch_id):
             log.info("%s %s: batch %d already committed", FAMILY, self.sink_id, batch_id)
             return
         reports = [m for m in messages if isinstance(m, TaskReport)]
