@@ -173,8 +173,11 @@ def bench_file_sink(url: str, options: Any, batches: int) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batches", type=int, default=40)
-    p.add_argument("--rows", type=int, default=None, help="ignored (run_all passes it)")
+    p.add_argument("--rows", type=int, default=None,
+                   help="the number of batches, when given (run_all passes it)")
     args = p.parse_args(argv)
+    if args.rows:
+        args.batches = args.rows
     from connectors.core.storage import storage_options_from
     from connectors.demo.services.kafka import create_topic
 
