@@ -1,4 +1,4 @@
-"""Batch produce: a whole Arrow batch handed to librdkafka in one call (docs/design.md, the transactional path).
+"""Batch produce: a whole Arrow batch handed to librdkafka in one call (docs/design.md).
 
 confluent-kafka's ``produce()`` costs about a microsecond of Python per record, as much as
 everything else the sink does per record together. librdkafka has a batch call,
