@@ -15,14 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.core.declared import read_option
 from connectors.core.errors import KafkaSourceError, OptionError
 from connectors.core.options import OptionReader, RedactedDict
 from connectors.core.storage import StorageOptions, check_state_path, parse_storage_options
 from connectors.kafka.common import (
+    CONNECT_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
     FAMILY,
-    seconds_option,
+    METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.source.offsets import (
     TP,
@@ -232,9 +234,9 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
-        retry_timeout = seconds_option(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0)
-        connect_timeout = seconds_option(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1)
-        r.warn_unknown(prefixes=("kafka.",))
+        retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
+        connect_timeout = read_option(r, CONNECT_TIMEOUT)[1]
+        r.refuse_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
             multi_cluster=multi,
