@@ -36,7 +36,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from connectors.core import failpoints
+from connectors.core.declared import spark_names
 from connectors.core.options import OptionReader
+from connectors.kafka.common import SHARED_OPTIONS
+from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 from connectors.kafka.source.offsets import TP, OffsetRange, clamp_offsets, total_records
 from connectors.kafka.source.planner import KafkaPlanner, KafkaSourceOptions
 from connectors.kafka.source.range_reader import read_range, spark_schema_ddl
@@ -44,8 +47,14 @@ from connectors.kafka.source.range_reader import read_range, spark_schema_ddl
 log = logging.getLogger(__name__)
 
 
-_SINK_ONLY = {"sink_id", "sinkid", "topic", "transactional", "deterministicorder", "unsafe",
-              "flushtimeout", "scantimeout"}
+#: Options of the eo_kafka sink that the source does not take (lower-cased, as Spark passes
+#: them): one of them means Spark is asking a write for its schema. The sink's declaration
+#: minus what both connectors take (kafka/common.py); a unit test holds both halves against
+#: the source's parser.
+_SHARED = tuple(s.lower() for s in SHARED_OPTIONS)
+_SINK_ONLY = frozenset(
+    n for n in spark_names(KAFKA_SINK_OPTIONS)
+    if not any(n == s or (s.endswith(".") and n.startswith(s)) for s in _SHARED))
 
 
 def source_schema(options: dict[str, str]) -> StructType | str:

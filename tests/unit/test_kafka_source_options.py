@@ -215,3 +215,20 @@ def test_unknown_options_are_refused(caplog: pytest.LogCaptureFixture) -> None:
     parse(startingOffset="earliest", ignoreUnknownOptions="true")
     assert "startingoffset" in caplog.text.lower()
     parse(metadataRetryTimeout="5s", checkpointLocation="/c", queryName="q")
+
+
+def test_sink_only_options_are_the_sink_s_options_the_source_refuses(tmp_path) -> None:
+    """The source tells a write (Spark asking a sink for its schema) by the sink's options
+    it does not take; both halves of that split are held against the source's parser."""
+    from connectors.core.declared import spark_names
+    from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
+    from connectors.spark.kafka_source import _SINK_ONLY
+
+    assert {"recoverykeyheaders", "failonunknowntopic", "batchproduce", "sinkid"} <= _SINK_ONLY
+    for name in _SINK_ONLY:
+        assert "unknown option" in str(error(**{name: "x"})), name
+    shared = {"walpath": str(tmp_path), "connecttimeout": "5s", "metadataretrytimeout": "5s"}
+    prefixes = {n for n in spark_names(KAFKA_SINK_OPTIONS) if n.endswith(".")}
+    assert spark_names(KAFKA_SINK_OPTIONS) - _SINK_ONLY - prefixes == {
+        *shared, "kafka.bootstrap.servers"}
+    parse(**shared)  # the source takes every shared option
