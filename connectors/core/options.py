@@ -26,16 +26,14 @@ never repeats the value of a secret option.
 from __future__ import annotations
 
 import difflib
-import functools
-import inspect
 import json
 import logging
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from connectors.core.errors import OptionError, UnknownArgumentError
+from connectors.core.errors import OptionError
 
 log = logging.getLogger(__name__)
 
@@ -448,32 +446,3 @@ def closest(name: str, valid: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(norm(name), [norm(v) for v in candidates], n=1,
                                       cutoff=0.6)
     return next((v for v in candidates if close and norm(v) == close[0]), None)
-
-
-F = TypeVar("F", bound=Callable[..., None])
-
-
-def checked_arguments(init: F) -> F:
-    """Make an unknown keyword argument of ``init`` an :class:`UnknownArgumentError` that
-    names the closest valid one (``FileSink(path, partiton_by=...)``: "did you mean
-    'partition_by'?"), instead of Python's bare ``TypeError``."""
-    valid = [name for name, p in inspect.signature(init).parameters.items()
-             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
-        unknown = [k for k in kwargs if k not in valid]
-        if unknown:
-            owner = type(self).__name__
-            hints = []
-            for name in unknown:
-                match = closest(name, valid)
-                hints.append(f"{name!r}" + (f" (did you mean {match!r}?)" if match else ""))
-            raise UnknownArgumentError(
-                f"{owner}() got an unknown keyword argument {', '.join(hints)}; valid "
-                f"arguments: {valid}",
-                option=unknown[0],
-            )
-        init(self, *args, **kwargs)
-
-    return cast(F, wrapper)
