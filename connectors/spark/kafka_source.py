@@ -98,7 +98,7 @@ def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.Re
         include_headers=opts.include_headers,
         cluster=(cluster.name if opts.multi_cluster else None),
         fail_on_data_loss=opts.fail_on_data_loss,
-        poll_timeout_s=opts.poll_timeout_s,
+        poll_timeout=opts.poll_timeout,
         batch_records=opts.arrow_batch_records,
     )
     if failpoints.wants_count(MID_READ) is None:
@@ -194,7 +194,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if min_rows is not None and self._target is None:
             backlog = total_records(start_map, latest)
             waited = time.monotonic() - self._last_trigger
-            if backlog < min_rows and waited < self.opts.max_trigger_delay_s:
+            if backlog < min_rows and waited < self.opts.max_trigger_delay:
                 log.debug("eo_kafka: %d < minOffsetsPerTrigger=%d, waited %.1fs; no batch",
                           backlog, min_rows, waited)
                 return start

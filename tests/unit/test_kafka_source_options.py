@@ -116,7 +116,7 @@ def test_ending_offsets_batch_only() -> None:
 def test_limits() -> None:
     o = parse(maxOffsetsPerTrigger="1000", minOffsetsPerTrigger="10", maxTriggerDelay="30s",
               maxBytesPerTrigger="1048576", minPartitions="8", maxRecordsPerPartition="500")
-    assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger, o.max_trigger_delay_s) == (
+    assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger, o.max_trigger_delay) == (
         1000, 10, 30.0)
     assert (o.max_bytes_per_trigger, o.min_partitions, o.max_records_per_partition) == (
         1048576, 8, 500)
