@@ -322,6 +322,14 @@ def _row(*cells: str) -> str:
     return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
 
+def _bounds(o: Opt) -> str:
+    unit = "s" if o.kind is DURATION else ""
+    low = (f">= {o.minimum:g}{unit}" if o.minimum is not None
+           else f"> {o.above:g}{unit}" if o.above is not None else "")
+    high = f"<= {o.maximum:g}{unit}" if o.maximum is not None else ""
+    return f"({', '.join(filter(None, (low, high)))})" if low or high else ""
+
+
 def docs_table(table: tuple[Opt, ...]) -> str:
     """The markdown options table of a sink's docs page, from its declaration."""
     rows = [_row("Spark option", "Python argument", "default", "meaning"), "|---|---|---|---|"]
@@ -339,5 +347,5 @@ def docs_table(table: tuple[Opt, ...]) -> str:
             default = ""
         else:
             default = o.kind.shown(o.default)
-        rows.append(_row(spark, arg, default, o.help))
+        rows.append(_row(spark, arg, " ".join(filter(None, (default, _bounds(o)))), o.help))
     return "\n".join([*rows, *(_row(*r) for r in _COMMON_ROWS)]) + "\n"

@@ -199,9 +199,9 @@ def test_docs_table() -> None:
         "|---|---|---|---|",
         "| `fullName` | `full_name` | required | the name |",
         "| `sink_id` (or `sinkId`) | `sink_id` | none | the id |",
-        "| `count` | `count` | `3` | how many |",
+        "| `count` | `count` | `3` (>= 1, <= 10) | how many |",
         "| `wait` (formerly `oldWait`, deprecated) | `wait` (formerly `old_wait`, deprecated) "
-        "| `30s` | how long |",
+        "| `30s` (> 0s) | how long |",
         "| `on` | `on` | `false` | whether |",
         "| `batchId` | (the `write` argument) | | required for `df.write` (batch) writes: the "
         "batch's stable id |",

@@ -36,17 +36,18 @@ _SERVERS_HINT = "the brokers' host:port list"
 #: the unknown-option check and the table in docs/kafka-sink.md all come from here.
 KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
     Opt("kafka.bootstrap.servers", "bootstrap_servers", STRING, shown_default="required",
-        hint=_SERVERS_HINT),
+        hint=_SERVERS_HINT, help="the brokers' `host:port` list (in Python it may also be "
+        "`bootstrap.servers` in `kafka_options`)"),
     Opt("kafka.", "kafka_options", PREFIXED, arg_note="(keys without `kafka.`)",
         help="passed to librdkafka's producer, and, apart from producer-only keys, to the "
         "recovery scan's consumer (security settings and so on)"),
     Opt("topic", "topic", STRING,
         help="the target topic, unless each row has a `topic` column"),
     sink_id_option(
-        True, "a stable name for this sink, unique per output (" + "the charset of every "
-        "sink: 1-128 characters from `A-Z a-z 0-9 . _ -`, not starting with `.`, no `..`). It "
-        "goes into every recovery key and into `transactional.id`. Never reuse it for another "
-        "output.", hint="a stable name for this sink, unique per output"),
+        True, "a stable name for this sink, unique per output: 1-128 characters from "
+        "`A-Z a-z 0-9 . _ -`, not starting with `.`, no `..`. It goes into every recovery key "
+        "and into `transactional.id`. Never reuse it for another output.",
+        hint="a stable name for this sink, unique per output"),
     Opt("walPath", "wal_path", STRING, required=True,
         hint="a directory for the sink's commit log and markers",
         help="a directory for the sink's commit log and started markers: a local path, "
