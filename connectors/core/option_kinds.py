@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from connectors.core.errors import OptionError
 from connectors.core.options import (
@@ -28,8 +28,21 @@ from connectors.core.storage.options import (
     storage_options_from,
 )
 
-if TYPE_CHECKING:
-    from connectors.core.declared import Opt
+
+class OptionSpec(Protocol):
+    """What a kind reads of an option's declaration (:class:`connectors.core.declared.Opt`,
+    which depends on this module, not the other way round)."""
+
+    @property
+    def default(self) -> Any: ...
+    @property
+    def minimum(self) -> float | None: ...
+    @property
+    def maximum(self) -> float | None: ...
+    @property
+    def above(self) -> float | None: ...
+    @property
+    def choices(self) -> tuple[str, ...]: ...
 
 
 class Kind:
@@ -40,21 +53,21 @@ class Kind:
     #: the option is every Spark option under its name (``kafka.*``)
     prefix = False
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         """The option's value from Spark's strings, or None when it is not set."""
         return r.string(name)
 
-    def python(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def python(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         """A Python argument's value (not None): a string is read as the Spark option would
         be; a value of the kind's own type is checked against the same bounds."""
         if isinstance(value, str):
             return self.spark(OptionReader({name: value}, family), name, opt)
         return self.native(value, name, opt, family)
 
-    def native(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def native(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         raise wrong_type(family, name, value, self.what)
 
-    def absent(self, opt: Opt) -> Any:
+    def absent(self, opt: OptionSpec) -> Any:
         """The value of an option that is not set."""
         return opt.default
 
@@ -64,18 +77,18 @@ class Kind:
 
 
 class _String(Kind):
-    def python(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def python(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if not isinstance(value, str):
             raise wrong_type(family, name, value, self.what)
         return value.strip() or None
 
 
 class _SinkId(_String):
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         value = r.string(name)
         return None if value is None else check_sink_id(r.family, value, name)
 
-    def python(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def python(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         value = super().python(value, name, opt, family)
         return None if value is None else check_sink_id(family, value, name)
 
@@ -83,10 +96,10 @@ class _SinkId(_String):
 class _Boolean(Kind):
     what = "a boolean"
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return None if r.string(name) is None else r.boolean(name, False)
 
-    def native(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def native(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if isinstance(value, int) and value in (0, 1):  # bool is an int
             return bool(value)
         raise wrong_type(family, name, value, self.what, "use True or False")
@@ -98,10 +111,10 @@ class _Boolean(Kind):
 class _Integer(Kind):
     what = "an integer"
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return r.integer(name, None, minimum=opt.minimum, maximum=opt.maximum)
 
-    def native(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def native(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if not isinstance(value, int) or isinstance(value, bool):
             raise wrong_type(family, name, value, self.what)
         check_range(family, name, value, opt.minimum, opt.maximum)
@@ -111,10 +124,10 @@ class _Integer(Kind):
 class _Duration(Kind):
     what = "a number of seconds"
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return r.duration(name, None, minimum=opt.minimum, maximum=opt.maximum, above=opt.above)
 
-    def native(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def native(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if (not isinstance(value, (int, float)) or isinstance(value, bool)
                 or not math.isfinite(value)):
             raise wrong_type(family, name, value, self.what, "or a string such as '30s'")
@@ -131,17 +144,17 @@ class _Duration(Kind):
 class _Choice(Kind):
     what = "one of the valid values"
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return r.choice(name, opt.choices, None)
 
 
 class _CsvList(Kind):
     what = "a list of names or a comma-separated string"
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return tuple(r.csv_list(name)) or None
 
-    def native(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def native(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise wrong_type(family, name, value, self.what)
         return tuple(v.strip() for v in value if v.strip()) or None
@@ -154,10 +167,10 @@ class _Prefixed(Kind):
     what = "a mapping"
     prefix = True
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return r.prefixed(name)
 
-    def python(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def python(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if not isinstance(value, Mapping):
             raise wrong_type(family, name, value, self.what)
         return value
@@ -170,13 +183,13 @@ class _Storage(Kind):
     what = "a mapping"
     prefix = True
 
-    def spark(self, r: OptionReader, name: str, opt: Opt) -> Any:
+    def spark(self, r: OptionReader, name: str, opt: OptionSpec) -> Any:
         return parse_storage_options(r) or None
 
-    def absent(self, opt: Opt) -> Any:
+    def absent(self, opt: OptionSpec) -> Any:
         return StorageOptions()
 
-    def python(self, value: Any, name: str, opt: Opt, family: str) -> Any:
+    def python(self, value: Any, name: str, opt: OptionSpec, family: str) -> Any:
         if isinstance(value, StorageOptions):
             return value
         if not isinstance(value, Mapping):
