@@ -98,7 +98,7 @@ def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.Re
         include_headers=opts.include_headers,
         cluster=(cluster.name if opts.multi_cluster else None),
         fail_on_data_loss=opts.fail_on_data_loss,
-        poll_timeout=opts.poll_timeout,
+        poll_timeout_s=opts.poll_timeout,
         batch_records=opts.arrow_batch_records,
     )
     if failpoints.wants_count(MID_READ) is None:

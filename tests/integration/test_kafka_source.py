@@ -330,10 +330,10 @@ def test_range_reader_detects_deleted_offsets(kafka_bootstrap: str, new_topic: A
             "auto.offset.reset": "error", "enable.auto.commit": "false"}
     gone = OffsetRange("", topic, 0, 50, 60)
     with pytest.raises(KafkaSourceError, match=rf"{topic}-0.*beyond the end of the log"):
-        list(read_range(gone, conf, fail_on_data_loss=True, poll_timeout=20))
-    assert list(read_range(gone, conf, fail_on_data_loss=False, poll_timeout=20)) == []
+        list(read_range(gone, conf, fail_on_data_loss=True, poll_timeout_s=20))
+    assert list(read_range(gone, conf, fail_on_data_loss=False, poll_timeout_s=20)) == []
     assert "data loss" in caplog.text
-    ok = list(read_range(OffsetRange("", topic, 0, 3, 10), conf, poll_timeout=20))
+    ok = list(read_range(OffsetRange("", topic, 0, 3, 10), conf, poll_timeout_s=20))
     assert sum(b.num_rows for b in ok) == 7
 
 

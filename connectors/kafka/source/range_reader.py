@@ -111,7 +111,7 @@ def read_range(
     include_headers: bool = False,
     cluster: str | None = None,
     fail_on_data_loss: bool = True,
-    poll_timeout: float = 120.0,
+    poll_timeout_s: float = 120.0,
     batch_records: int = 20000,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``[r.start, r.end)`` as record batches, by position.
@@ -126,7 +126,7 @@ def read_range(
     consumer = cached_consumer(conf)
     try:
         yield from _read(_RangeReader(consumer, r, include_headers, cluster,
-                                      fail_on_data_loss, poll_timeout, batch_records))
+                                      fail_on_data_loss, poll_timeout_s, batch_records))
     except GeneratorExit:
         # Spark stopped reading early (a limit); the consumer is still fine.
         raise
@@ -206,18 +206,18 @@ class _RangeReader:
         include_headers: bool,
         cluster: str | None,
         fail_on_data_loss: bool,
-        poll_timeout: float,
+        poll_timeout_s: float,
         batch_records: int,
     ) -> None:
         from confluent_kafka import KafkaError
 
         self.consumer, self.r, self.cluster = consumer, r, cluster
-        self.fail_on_data_loss, self.poll_timeout = fail_on_data_loss, poll_timeout
+        self.fail_on_data_loss, self.poll_timeout_s = fail_on_data_loss, poll_timeout_s
         self.batch_records = batch_records
         self.schema = arrow_schema(include_headers, cluster is not None)
         self.position = r.start
         self.done = False
-        self.deadline = time.monotonic() + poll_timeout
+        self.deadline = time.monotonic() + poll_timeout_s
         self.eof_code = KafkaError._PARTITION_EOF
         self.reset_codes = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 
@@ -259,7 +259,7 @@ class _RangeReader:
                 if not msgs:
                     return None
         self.position = offsets[-1] + 1
-        self.deadline = time.monotonic() + self.poll_timeout
+        self.deadline = time.monotonic() + self.poll_timeout_s
         return _to_batch(msgs, offsets, r.topic, r.partition, self.cluster, self.schema)
 
     def _no_records(self) -> None:
@@ -267,14 +267,14 @@ class _RangeReader:
         # (handled in _errors), others just return nothing. So a stall checks the
         # watermarks itself.
         jump = _stalled(self.consumer, self.r, self.position, self.fail_on_data_loss,
-                        self.poll_timeout)
+                        self.poll_timeout_s)
         if jump is not None:
             self._seek(jump)
             return
         if time.monotonic() > self.deadline:
             raise KafkaSourceError(
                 f"eo_kafka: reading {self.r.describe()} made no progress for "
-                f"{self.poll_timeout:.0f}s (at offset {self.position}); the broker is "
+                f"{self.poll_timeout_s:.0f}s (at offset {self.position}); the broker is "
                 "unreachable or an open transaction holds the last stable offset "
                 "(kafkaConsumer.pollTimeoutMs sets this limit)"
             )
@@ -293,7 +293,7 @@ class _RangeReader:
                     self.done = True
             elif code in self.reset_codes:
                 self._seek(_out_of_range(self.consumer, self.r, self.position, err,
-                                         self.fail_on_data_loss, self.poll_timeout))
+                                         self.fail_on_data_loss, self.poll_timeout_s))
                 return []
             elif err.fatal() or not err.retriable():
                 raise KafkaSourceError(
