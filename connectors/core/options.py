@@ -12,11 +12,10 @@ an :class:`OptionReader`::
 
 The sinks declare their options once (:mod:`connectors.core.declared`) and read them through
 these getters. An option nobody read is an error by default
-(:meth:`OptionReader.refuse_unknown`): a typo
-such as ``transactionl=true`` would otherwise change the guarantee without a word. The
-error names the option and the closest valid one. Spark's own options
-(:data:`SPARK_OPTIONS`) and declared prefixes (``kafka.*``) pass; the option
-``ignoreUnknownOptions=true`` turns the error back into a warning.
+(:meth:`OptionReader.refuse_unknown`): a typo such as ``transactionl=true`` would otherwise
+change the guarantee without a word. The error names the option and the closest valid one.
+Spark's own options (:data:`SPARK_OPTIONS`) and declared prefixes (``kafka.*``) pass; the
+option ``ignoreUnknownOptions=true`` turns the error back into a warning.
 
 Every error is an :class:`OptionError` that names the option with the user's spelling
 (``startingOffsets``, not ``startingoffsets``), says what was wrong and what is valid, and
