@@ -33,14 +33,14 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.core import failpoints
+from connectors.core.declared import checked_arguments, given
 from connectors.core.errors import FileSinkError, StorageError
-from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import LocalStorage, Storage, storage_for
 from connectors.core.wal import WriteAheadLog
 from connectors.files.formats import RollingWriter, WrittenFile, check_partition_columns
-from connectors.files.options import FileSinkOptions
+from connectors.files.options import FILE_SINK_OPTIONS, FileSinkOptions
 from connectors.files.placement import STAGING_DIR, Placement, placement_for
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class FileSink(BatchSink):
 
     family = "files"
 
-    @checked_arguments
+    @checked_arguments(FILE_SINK_OPTIONS)
     def __init__(
         self,
         path: str,
@@ -140,11 +140,11 @@ class FileSink(BatchSink):
         hdfs_user: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._init(FileSinkOptions.create(
-            path, format=format, compression=compression, partition_by=partition_by,
-            max_records_per_file=max_records_per_file, max_bytes_per_file=max_bytes_per_file,
-            sink_id=sink_id, spark_metadata=spark_metadata, csv_header=csv_header,
-            webhdfs_url=webhdfs_url, hdfs_user=hdfs_user, storage_options=storage_options))
+        """The arguments are the DataSource's options in snake_case (``FILE_SINK_OPTIONS``,
+        the table in docs/file-sink.md); ``partition_by`` may be a list, ``csv_header`` is
+        the option ``header``, ``storage_options`` the ``storage.*`` options without the
+        prefix."""
+        self._init(FileSinkOptions.create(**given(locals())))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> FileSink:

@@ -40,7 +40,7 @@ class Database:
     def __init__(self, options: JdbcSinkOptions) -> None:
         self.options = options
         self.dialect: Dialect = dialect_for(sa.engine.make_url(options.url),
-                                            options.retry_deadline)
+                                            options.retry_timeout)
         self.tables = Tables(options, self.dialect)
 
     @property
@@ -60,7 +60,7 @@ class Database:
     # -- retries and errors -----------------------------------------------------------------
     def retrying(self, what: str, fn: Callable[[], T], layout: Layout | None = None) -> T:
         """Run ``fn``; retry transient database errors with backoff until the deadline."""
-        deadline = time.monotonic() + self.options.retry_deadline
+        deadline = time.monotonic() + self.options.retry_timeout
         delay = 0.1
         attempt = 0
         while True:
@@ -91,8 +91,8 @@ class Database:
             spec = layout.spec(column) if layout is not None else None
             typ = f" ({spec.sql_type}, DataFrame type {spec.arrow_type})" if spec else ""
             where += f", column {column!r}{typ}"
-        retry = (f" (transient; gave up after {attempts} attempts within retryDeadline="
-                 f"{o.retry_deadline:g}s)" if gave_up else "")
+        retry = (f" (transient; gave up after {attempts} attempts within retryTimeout="
+                 f"{o.retry_timeout:g}s)" if gave_up else "")
         return JdbcSinkError(
             f"eo_jdbc sink {o.sink_id!r}: {what} failed on {where} at {o.redacted_url}: "
             f"{self.dialect.describe(e)}{retry}"

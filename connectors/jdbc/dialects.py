@@ -359,7 +359,7 @@ class PostgresDialect(Dialect):
         if state == "08P01":  # protocol violation (e.g. a malformed COPY stream): a bug
             return False
         # Authentication and a missing role or database do not heal by waiting: fail now
-        # instead of retrying until retryDeadline. A refused connection may carry no
+        # instead of retrying until retryTimeout. A refused connection may carry no
         # SQLSTATE, so the server's message decides.
         if state.startswith("28") or state == "3D000" or _PG_FATAL.search(str(orig)):
             return False

@@ -1,7 +1,7 @@
 """The write modes of the JDBC sink: what a batch's rows do to the target table.
 
 The option ``mode`` names one of four types, chosen once when the options are parsed
-(:meth:`WriteMode.from_reader`); everything that differs between them lives in its class:
+(:meth:`WriteMode.from_values`); everything that differs between them lives in its class:
 
 - :class:`Append`: ``INSERT ... SELECT`` of the staged rows as they are. The only mode whose
   rows may go into the target unchanged, so binary COPY blocks and the driver's own rows can
@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import sqlalchemy as sa
 
+from connectors.core.declared import Values
 from connectors.core.errors import JdbcSinkError, OptionError
-from connectors.core.options import OptionReader
 from connectors.jdbc.columns import ColumnSpec, Layout
 from connectors.jdbc.dialects import Dialect
 
@@ -60,38 +60,31 @@ class WriteMode(ABC):
     statement: str | None = None
 
     # -- chosen once, from the options ----------------------------------------------------
-    @staticmethod
-    def kind(r: OptionReader) -> type[WriteMode]:
-        """The type the option ``mode`` names (``append`` when unset)."""
-        return MODES[r.choice("mode", tuple(MODES), default=Append.name) or Append.name]
-
     @classmethod
-    def from_reader(cls, r: OptionReader) -> WriteMode:
+    def from_values(cls, v: Values) -> WriteMode:
         """This mode from the options ``keys``, ``accumulate`` and ``statement``, each refused
         where this mode does not use it or lacks it, with the option named."""
-        keys = tuple(r.csv_list("keys"))
-        columns = tuple(r.csv_list("accumulate"))
-        statement = r.string("statement")
+        keys, columns, statement = v["keys"], v["accumulate"], v["statement"]
         adds = cls is Accumulate
         runs_statement = cls is CustomSql
         if cls.needs_keys and not keys:
-            raise r.error("keys", f"is required with mode '{cls.name}'",
+            raise v.error("keys", f"is required with mode '{cls.name}'",
                           "list the key columns, e.g. keys=word (comma-separated)")
         if adds and not columns:
-            raise r.error("accumulate", "is required with mode 'accumulate'",
+            raise v.error("accumulate", "is required with mode 'accumulate'",
                           "list the columns to add to, e.g. accumulate=count")
         if not adds and columns:
-            raise r.error("accumulate", f"is only used with mode 'accumulate', not '{cls.name}'",
+            raise v.error("accumulate", f"is only used with mode 'accumulate', not '{cls.name}'",
                           "remove it or set mode=accumulate")
         if set(keys) & set(columns):
-            raise r.error("accumulate", f"repeats key columns {sorted(set(keys) & set(columns))}",
+            raise v.error("accumulate", f"repeats key columns {sorted(set(keys) & set(columns))}",
                           "a column is either a key or accumulated")
         if runs_statement and not statement:
-            raise r.error("statement", "is required with mode 'sql'",
+            raise v.error("statement", "is required with mode 'sql'",
                           "give SQL with named parameters, e.g. INSERT INTO t (w, n) VALUES "
                           "(:w, :n) ON CONFLICT (w) DO UPDATE SET n = t.n + excluded.n")
         if not runs_statement and statement:
-            raise r.error("statement", f"is only used with mode 'sql', not '{cls.name}'",
+            raise v.error("statement", f"is only used with mode 'sql', not '{cls.name}'",
                           "remove it or set mode=sql")
         return cls._build(keys, columns, statement or "")
 

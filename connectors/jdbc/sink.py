@@ -25,13 +25,13 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from connectors.core import failpoints
+from connectors.core.declared import checked_arguments, given
 from connectors.core.errors import ConnectorError
-from connectors.core.options import checked_arguments
 from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
 from connectors.jdbc.columns import Layout
 from connectors.jdbc.database import Database
 from connectors.jdbc.metadata import DEFAULT_NAME
-from connectors.jdbc.options import JdbcSinkOptions
+from connectors.jdbc.options import JDBC_SINK_OPTIONS, JdbcSinkOptions
 from connectors.jdbc.staging import Staging, staging_for
 from connectors.jdbc.tables import prepared_layout, remember_layout
 
@@ -94,7 +94,7 @@ class JdbcSink(BatchSink):
 
     family = "jdbc"
 
-    @checked_arguments
+    @checked_arguments(JDBC_SINK_OPTIONS)
     def __init__(
         self,
         url: str,
@@ -102,24 +102,24 @@ class JdbcSink(BatchSink):
         sink_id: str | None = None,
         *,
         mode: str = "append",
-        keys: Sequence[str] | str | None = None,
-        accumulate: Sequence[str] | str | None = None,
+        keys: Sequence[str] | str = (),
+        accumulate: Sequence[str] | str = (),
         statement: str | None = None,
         create_table: bool = False,
         batch_size: int = 10_000,
-        retry_deadline: float = 30.0,
+        retry_timeout: float = 30.0,
         isolation_level: str | None = None,
         metadata_table: str = DEFAULT_NAME,
         staging_table: str | None = None,
         small_batch_rows: int = 10_000,
         stage_blocks: bool = True,
+        retry_deadline: float | None = None,
     ) -> None:
-        self._init(JdbcSinkOptions.from_arguments(
-            url, table, sink_id, mode=mode, keys=keys, accumulate=accumulate,
-            statement=statement, create_table=create_table, batch_size=batch_size,
-            retry_deadline=retry_deadline, isolation_level=isolation_level,
-            metadata_table=metadata_table, staging_table=staging_table,
-            small_batch_rows=small_batch_rows, stage_blocks=stage_blocks))
+        """The arguments are the DataSource's options in snake_case (``JDBC_SINK_OPTIONS``,
+        the table in docs/jdbc-sink.md); ``keys`` and ``accumulate`` may be lists,
+        ``retry_timeout`` is in seconds. ``retry_deadline`` is the deprecated former name of
+        ``retry_timeout``."""
+        self._init(JdbcSinkOptions.create(**given(locals())))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> JdbcSink:

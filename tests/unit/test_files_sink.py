@@ -72,6 +72,18 @@ def test_options_parse_spark_spelling(tmp_path):
     assert sink.sink_id == "s1" and sink.spark_metadata is False
 
 
+def test_python_arguments_and_spark_options_give_the_same_spec(tmp_path):
+    a = FileSink(str(tmp_path), format="csv", compression="gzip", partition_by=["grp"],
+                 max_records_per_file=10, sink_id="s1", csv_header=False)
+    b = FileSink.from_options({"path": str(tmp_path), "format": "csv", "compression": "gzip",
+                               "partitionby": "grp", "maxrecordsperfile": "10",
+                               "sinkid": "s1", "header": "false"})
+    assert a.options == b.options
+    with pytest.raises(OptionError, match="option 'max_records_per_file' is out of range "
+                       r"\(-1\); it must be >= 0"):
+        FileSink(str(tmp_path), max_records_per_file=-1)
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [

@@ -24,13 +24,13 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.core import failpoints
-from connectors.core.options import checked_arguments
+from connectors.core.declared import checked_arguments, given
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import recovery, targets
-from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS, KafkaSinkOptions
 from connectors.kafka.sink.producers import (  # noqa: F401 - public names of this module
     PRODUCER_DEFAULTS,
     check_producer_config,
@@ -100,7 +100,7 @@ class KafkaSink(BatchSink):
 
     family = FAMILY
 
-    @checked_arguments
+    @checked_arguments(KAFKA_SINK_OPTIONS)
     def __init__(
         self,
         sink_id: str,
@@ -121,14 +121,10 @@ class KafkaSink(BatchSink):
         batch_produce: bool = True,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._init(KafkaSinkOptions.create(
-            sink_id, wal_path, bootstrap_servers=bootstrap_servers, topic=topic,
-            kafka_options=kafka_options, deterministic_order=deterministic_order,
-            transactional=transactional, unsafe=unsafe, flush_timeout=flush_timeout,
-            scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout,
-            recovery_key_headers=recovery_key_headers, connect_timeout=connect_timeout,
-            fail_on_unknown_topic=fail_on_unknown_topic, batch_produce=batch_produce,
-            storage_options=storage_options))
+        """The arguments are the DataSource's options in snake_case (``KAFKA_SINK_OPTIONS``,
+        the table in docs/kafka-sink.md); durations in seconds (or strings such as
+        ``"30s"``); ``kafka_options`` are librdkafka settings without ``kafka.``."""
+        self._init(KafkaSinkOptions.create(**given(locals())))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:

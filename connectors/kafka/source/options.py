@@ -15,14 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.core.declared import read_option
 from connectors.core.errors import KafkaSourceError, OptionError
 from connectors.core.options import OptionReader, RedactedDict
 from connectors.core.storage import StorageOptions, check_state_path, parse_storage_options
 from connectors.kafka.common import (
+    CONNECT_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
     FAMILY,
-    seconds_option,
+    METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.source.offsets import (
     TP,
@@ -134,7 +136,7 @@ class KafkaSourceOptions:
     ending: StartSpec | None = None
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
-    max_trigger_delay_s: float = 900.0
+    max_trigger_delay: float = 900.0
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
@@ -144,12 +146,13 @@ class KafkaSourceOptions:
     wal_path: str | None = None
     #: ``storage.*``: how to reach an object store holding ``walPath``
     storage: StorageOptions = field(default_factory=StorageOptions)
-    poll_timeout_s: float = 120.0
+    #: ``kafkaConsumer.pollTimeoutMs`` (Spark's name), in seconds
+    poll_timeout: float = 120.0
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     timestamp_strategy: str = "error"
     arrow_batch_records: int = 20000
     #: ``connectTimeout``: the bound on the first request to each cluster
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
     window: int | None = None
 
@@ -232,16 +235,16 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
-        retry_timeout = seconds_option(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0)
-        connect_timeout = seconds_option(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1)
-        r.warn_unknown(prefixes=("kafka.",))
+        retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
+        connect_timeout = read_option(r, CONNECT_TIMEOUT)[1]
+        r.refuse_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
             multi_cluster=multi,
             ending=ending,
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,
-            max_trigger_delay_s=float(max_delay if max_delay is not None else 900.0),
+            max_trigger_delay=float(max_delay if max_delay is not None else 900.0),
             max_bytes_per_trigger=max_bytes,
             min_partitions=min_partitions,
             max_records_per_partition=max_per_partition,
@@ -250,9 +253,9 @@ class KafkaSourceOptions:
             group_id=group_id,
             wal_path=wal_path,
             storage=storage,
-            poll_timeout_s=(poll_ms or 120_000) / 1000.0,
+            poll_timeout=(poll_ms or 120_000) / 1000.0,
             metadata_retry_timeout=retry_timeout,
-            connect_timeout_s=connect_timeout,
+            connect_timeout=connect_timeout,
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,
