@@ -235,7 +235,7 @@ def watermarks(bootstrap: str, partitions: list[Any], timeout: float) -> dict[tu
 
 # -- files status ------------------------------------------------------------------------------
 def files_status(args: argparse.Namespace) -> int:
-    from connectors.files.placement import placement_for
+    from connectors.files.placement import STAGING_DIR, placement_for
     from connectors.files.sink import LOG_DIR, batches_in, committed_paths, sink_state
 
     storage, root = _storage(args, args.path)
@@ -243,10 +243,14 @@ def files_status(args: argparse.Namespace) -> int:
         raise ConnectorError(f"files status: {args.path!r} does not exist")
     if not storage.is_dir(root):
         raise ConnectorError(f"files status: {args.path!r} is a file, not an eo_files output")
-    if not storage.exists(storage.join(root, LOG_DIR)):
-        raise ConnectorError(f"files status: {args.path!r} has no {LOG_DIR}: no eo_files sink "
-                             "has committed there")
-    batches = batches_in(sink_state(storage, root))
+    # Before its first commit a sink has left only its attempts: staged or in-place files
+    # and their records in _eo_staging. That is worth showing (a kill before batch 0's
+    # commit); a path with neither log nor staging was never an eo_files output.
+    has_log = storage.exists(storage.join(root, LOG_DIR))
+    if not has_log and not storage.exists(storage.join(root, STAGING_DIR)):
+        raise ConnectorError(f"files status: {args.path!r} has no {LOG_DIR} and no "
+                             f"{STAGING_DIR}: no eo_files sink has written there")
+    batches = batches_in(sink_state(storage, root)) if has_log else []
     lines = [f"eo_files output {args.path}: {len(batches)} committed batches"]
     for b in batches[-args.last:] if args.last else batches:
         lines.append(f"  batch {b['batch_id']}: {len(b['files'])} files, {b.get('rows', '?')} rows")
