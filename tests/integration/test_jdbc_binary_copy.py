@@ -185,7 +185,7 @@ def test_stage_blocks_false_stages_rows(postgres_dsn: str, postgres_url: str,
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         got = conn.execute(sql.SQL("SELECT sum(id) FROM {}").format(sql.Identifier(t)))
         assert got.fetchone() == (6,)
-    with pytest.raises(OptionError, match="stageBlocks"):
+    with pytest.raises(OptionError, match="stage_blocks"):  # the Python keyword given
         JdbcSink(postgres_url, t, f"s_{t}", stage_blocks="sometimes")  # type: ignore[arg-type]
 
 
