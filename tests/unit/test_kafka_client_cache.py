@@ -83,7 +83,7 @@ def test_counts_and_bounds_of_every_kind() -> None:
     import connectors.kafka.source.range_reader  # noqa: F401
 
     bounds = client_bounds()
-    assert {"producer", "admin", "commit-fact"} <= set(bounds)
+    assert {"consumer", "producer", "admin", "commit-fact"} <= set(bounds)
     assert all(b <= 8 for k, b in bounds.items() if not k.startswith("test-"))
 
 

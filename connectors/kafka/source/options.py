@@ -24,6 +24,7 @@ from connectors.kafka.common import (
     seconds_option,
 )
 from connectors.kafka.source.offsets import (
+    DEFAULT_TARGET_RECORDS,
     TP,
     Offsets,
     decode_offsets,
@@ -137,6 +138,8 @@ class KafkaSourceOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    #: ``targetRecordsPerPartition``: smaller Kafka partition ranges are grouped up to this
+    target_records_per_partition: int = DEFAULT_TARGET_RECORDS
     fail_on_data_loss: bool = True
     include_headers: bool = False
     group_id: str = DEFAULT_GROUP_PREFIX
@@ -211,6 +214,8 @@ class KafkaSourceOptions:
         max_bytes = r.integer("maxBytesPerTrigger", None, minimum=1)
         min_partitions = r.integer("minPartitions", None, minimum=1)
         max_per_partition = r.integer("maxRecordsPerPartition", None, minimum=1)
+        target_records = r.integer("targetRecordsPerPartition", DEFAULT_TARGET_RECORDS,
+                                   minimum=0)
         include_headers = r.boolean("includeHeaders", False)
         wal_path = r.string("walPath")
         if wal_path is not None:
@@ -241,6 +246,8 @@ class KafkaSourceOptions:
             max_bytes_per_trigger=max_bytes,
             min_partitions=min_partitions,
             max_records_per_partition=max_per_partition,
+            target_records_per_partition=(DEFAULT_TARGET_RECORDS if target_records is None
+                                          else target_records),
             fail_on_data_loss=fail_on_data_loss,
             include_headers=include_headers,
             group_id=group_id,
