@@ -282,7 +282,7 @@ class FakeConsumer:
     assigned, unpaused partitions in rounds of up to ``chunk`` records each, in
     ``reversed`` partition order when asked (as fetch responses interleave), with a
     partition-EOF event at ``high``, as librdkafka does. Records every ``consume`` ask in
-    ``asks`` and every pause in ``pauses``."""
+    ``asks``, every pause in ``pauses`` and every incremental unassign in ``unassigned``."""
 
     def __init__(self, topic: str, log: dict[int, bytes], high: int, low: int = 0,
                  *, chunk: int = 1 << 30, reverse: bool = False) -> None:
@@ -291,6 +291,7 @@ class FakeConsumer:
         self.chunk, self.reverse = chunk, reverse
         self.asks: list[int] = []
         self.pauses: list[tuple[str, int]] = []
+        self.unassigned: list[tuple[str, int]] = []
 
     @classmethod
     def partitions(cls, logs: dict[tuple[str, int], tuple[dict[int, bytes], int]],
@@ -312,6 +313,7 @@ class FakeConsumer:
     def incremental_unassign(self, tps: list[Any]) -> None:
         for tp in tps:
             self.parts[(tp.topic, tp.partition)].position = None
+            self.unassigned.append((tp.topic, tp.partition))
 
     def unassign(self) -> None:
         for part in self.parts.values():

@@ -85,6 +85,7 @@ def test_reader_fetch_defaults_are_bounded_and_overridable():
     assert c["queued.max.messages.kbytes"] == "32768"  # the prefetch bound per partition
     assert c["max.partition.fetch.bytes"] == str(10 * 1024 * 1024)
     assert c["fetch.queue.backoff.ms"] == "10"
+    assert c["fetch.wait.max.ms"] == "10"  # a parked fetch would delay the next task
     assert c["isolation.level"] == "read_committed"
     assert conf(**{"kafka.fetch.queue.backoff.ms": "500"})["fetch.queue.backoff.ms"] == "500"
 
@@ -119,8 +120,10 @@ def test_a_group_comes_out_range_after_range_whatever_order_the_fetches_arrive_i
     ranges = [OffsetRange("", t, p, 5, 30) for t in ("a", "b") for p in range(5)]
     rows = _rows(_read_group(fake, ranges))
     assert rows == [(r.topic, r.partition, o) for r in ranges for o in range(5, 30)]
-    # every range was paused once it was complete: nothing past its end is fetched
-    assert sorted(fake.pauses) == sorted((r.topic, r.partition) for r in ranges)
+    # every range was unassigned once it was complete: nothing past its end is fetched,
+    # and no pause outlives the read in the consumer
+    assert sorted(fake.unassigned) == sorted((r.topic, r.partition) for r in ranges)
+    assert fake.pauses == [] and not any(p.paused for p in fake.parts.values())
 
 
 def test_a_group_batches_are_few_and_bounded():
@@ -138,8 +141,8 @@ def test_early_records_past_the_buffer_bound_pause_the_later_ranges(monkeypatch)
     ranges = [OffsetRange("", "t", p, 0, 200) for p in range(6)]
     rows = _rows(_read_group(fake, ranges, batch=100))
     assert rows == [("t", r.partition, o) for r in ranges for o in range(200)]
-    held = [tp for tp in fake.pauses if fake.pauses.count(tp) > 1]
-    assert held, "the later ranges were never held back"
+    assert fake.pauses, "the later ranges were never held back"
+    assert not any(p.paused for p in fake.parts.values())  # all resumed
 
 
 def test_a_group_finishes_ranges_that_end_in_a_gap_and_cuts_past_the_end():

@@ -56,6 +56,9 @@ _READER_DEFAULTS = {
     # librdkafka's 1 s, which a Python reader drains the queue well within.
     "max.partition.fetch.bytes": str(10 * 1024 * 1024),
     "fetch.queue.backoff.ms": "10",
+    # A fetch of ranges at their end parks at the broker this long, and the next task's
+    # first fetch waits behind it (librdkafka: 500 ms, per task; docs: "Many partitions").
+    "fetch.wait.max.ms": "10",
 }
 
 
