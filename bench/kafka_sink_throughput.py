@@ -65,8 +65,8 @@ def drop(bootstrap: str, *topics: str) -> None:
     otherwise crowd the one broker (files, memory) for the measurements that follow."""
     from confluent_kafka.admin import AdminClient
 
-    for f in AdminClient({"bootstrap.servers": bootstrap}).delete_topics(
-            list(topics), operation_timeout=60).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the futures end
+    for f in admin.delete_topics(list(topics), operation_timeout=60).values():
         f.result(120)
 
 
