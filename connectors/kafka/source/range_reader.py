@@ -217,6 +217,9 @@ class _GroupReader:
         self.parts = [_Part(r) for r in ranges]
         self.index = {(r.topic, r.partition): i for i, r in enumerate(ranges)}
         self.one_topic = len({r.topic for r in ranges}) == 1
+        # run keys -> range index: the partition (one topic), else the index itself
+        self.run_index = ({r.partition: i for i, r in enumerate(ranges)} if self.one_topic
+                          else {i: i for i in range(len(ranges))})
         self.fail_on_data_loss, self.poll_timeout_s = fail_on_data_loss, poll_timeout_s
         self.batch_records = batch_records
         self.schema = arrow_schema(include_headers, cluster is not None)
@@ -272,25 +275,34 @@ class _GroupReader:
 
     def _runs(self, msgs: list[Any]) -> list[tuple[int, int, int]]:
         """``(range index, first, end)`` of every run of one partition's records in a
-        consume() list (librdkafka hands out one fetch response's records together)."""
+        consume() list (librdkafka hands out one fetch response's records together).
+        Records of a partition this read does not hold (none are expected: librdkafka drops
+        what an earlier assignment fetched) are left out."""
         from confluent_kafka import Message
 
         if len(self.parts) == 1:
             return [(0, 0, len(msgs))]
+        topic = self.parts[0].r.topic
         if self.one_topic:
             keys = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
         else:
             pairs: Iterator[Any] = zip(map(Message.topic, msgs), map(Message.partition, msgs),
                                        strict=True)
-            ids = map(self.index.__getitem__, pairs)
-            keys = np.fromiter(ids, np.int64, len(msgs))
+            keys = np.fromiter(map(self._index_of, pairs), np.int64, len(msgs))
         starts = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist()]
         ends = [*starts[1:], len(msgs)]
-        topic = self.parts[0].r.topic
-        if self.one_topic:
-            return [(self.index[(topic, int(keys[a]))], a, b)
-                    for a, b in zip(starts, ends, strict=True)]
-        return [(int(keys[a]), a, b) for a, b in zip(starts, ends, strict=True)]
+        runs = []
+        for a, b in zip(starts, ends, strict=True):
+            i = self.run_index.get(int(keys[a]))
+            if i is None:
+                log.debug("eo_kafka: %d records of %s-%s, which this read does not hold, "
+                          "left out", b - a, topic if self.one_topic else "?", int(keys[a]))
+                continue
+            runs.append((i, a, b))
+        return runs
+
+    def _index_of(self, pair: tuple[str, int]) -> int:
+        return self.index.get(pair, -1)
 
     def _take(self, i: int, msgs: list[Any], offsets: list[int]) -> None:
         """The records of range ``i`` from one run: cut to ``[position, end)``, made a batch,
