@@ -57,7 +57,31 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import bench_broker, bench_spark  # noqa: E402
 
-from connectors.demo.services.kafka import create_topic  # noqa: E402
+from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` and wait until its broker serves every partition. The metadata names
+    a leader at once, but one broker takes seconds to open the logs of 1,000 new partitions
+    and answers NOT_LEADER_FOR_PARTITION meanwhile: a write timed right after the creation
+    would measure that, not the writer (Spark's sink gets topics created well ahead)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    _create_topic(bootstrap, topic, partitions, timeout=120)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 120
+    while True:
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                      for p in range(partitions)}, request_timeout=30)
+        try:
+            for f in futures.values():
+                f.result()
+            return
+        except Exception:  # noqa: BLE001 - not served yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def drop(bootstrap: str, *topics: str) -> None:
