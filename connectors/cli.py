@@ -29,6 +29,21 @@ from connectors.core.errors import ConnectorError
 from connectors.core.options import redact_url
 
 
+def _storage(args: argparse.Namespace, url: str) -> tuple[Any, str]:
+    """The backend of a path argument, with ``--storage KEY=VALUE`` options (object stores;
+    the provider's own environment and credential chain fill in the rest)."""
+    from connectors.core.storage import storage_for, storage_options_from
+
+    pairs = {}
+    for kv in getattr(args, "storage", None) or []:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise ConnectorError(f"--storage {key!r}: give KEY=VALUE, e.g. endpoint=http://h:9000")
+        pairs[key.removeprefix("storage.")] = value
+    return storage_for(url, options=storage_options_from(pairs, "eo-connectors"),
+                       family="eo-connectors")
+
+
 def _emit(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
@@ -38,10 +53,9 @@ def _emit(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
 
 # -- wal show ----------------------------------------------------------------------------------
 def wal_show(args: argparse.Namespace) -> int:
-    from connectors.core.storage import storage_for
     from connectors.core.wal import WriteAheadLog
 
-    storage, root = storage_for(args.path)
+    storage, root = _storage(args, args.path)
     if not storage.exists(root):
         raise ConnectorError(f"wal show: {args.path!r} does not exist")
     if not storage.is_dir(root):
@@ -95,63 +109,16 @@ def _summarize(record: dict[str, Any]) -> str:
 
 # -- sink status -------------------------------------------------------------------------------
 def sink_status(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
+    from connectors.jdbc import admin
 
     shown = redact_url(args.url)
-    try:
-        engine = sa.create_engine(args.url)
-    except Exception as e:
-        raise ConnectorError(f"sink status: cannot use URL {shown}: {_url_problem(e)}") from None
-    try:
-        with engine.connect() as conn:
-            present = sa.inspect(conn).has_table(args.table)
-    except Exception as e:
-        engine.dispose()
-        raise ConnectorError(
-            f"sink status: cannot connect to {shown}: {redact_url(str(e).splitlines()[0])}"
-        ) from None
-    if not present:
-        engine.dispose()
-        raise ConnectorError(
-            f"sink status: {shown} has no table {args.table!r}: no eo_jdbc sink has committed "
-            "there (check --url, or --table if the sink sets metadataTable)")
-    table = sa.table(args.table, sa.column("sink_id"), sa.column("batch_id"),
-                     sa.column("rows"), sa.column("committed_at"))
-    query = sa.select(table.c.sink_id, table.c.batch_id, table.c.rows, table.c.committed_at)
-    if args.sink_id:
-        query = query.where(table.c.sink_id == args.sink_id)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(query.order_by(table.c.sink_id)).all()
-    except Exception as e:
-        raise ConnectorError(
-            f"sink status: cannot read {args.table!r} at {shown}: "
-            f"{redact_url(str(e).splitlines()[0])}"
-        ) from None
-    finally:
-        engine.dispose()
-    sinks = [{"sink_id": r[0], "batch_id": r[1], "rows": r[2], "committed_at": r[3]}
-             for r in rows]
+    sinks = admin.status(args.url, args.table, args.sink_id)
     lines = [f"JDBC sinks at {shown} (table {args.table})"]
     lines += [f"  {s['sink_id']}: last committed batch {s['batch_id']} "
               f"({s['rows']} rows, at {s['committed_at']})" for s in sinks]
-    if not sinks:
-        which = f"sink {args.sink_id!r}" if args.sink_id else "any sink"
-        raise ConnectorError(f"sink status: table {args.table!r} at {shown} has no row for "
-                             f"{which}: no such eo_jdbc sink has run there")
     lines = [ln.replace("last committed batch -1 ", "nothing committed yet ") for ln in lines]
     _emit(args, {"url": shown, "table": args.table, "sinks": sinks}, lines)
     return 0
-
-
-def _url_problem(e: Exception) -> str:
-    """Why SQLAlchemy refused a URL, without repeating it (it may hold a password)."""
-    if type(e).__name__ == "NoSuchModuleError":
-        return ("unknown SQLAlchemy dialect/driver; use e.g. postgresql+psycopg://, "
-                "mysql+pymysql:// or sqlite:///")
-    if type(e).__name__ == "ArgumentError":
-        return "not a SQLAlchemy URL (dialect+driver://user:password@host/db)"
-    return type(e).__name__
 
 
 # -- sink reset --------------------------------------------------------------------------------
@@ -172,18 +139,16 @@ def sink_reset(args: argparse.Namespace) -> int:
 
 
 def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
-    from connectors.core.storage import storage_for
-
     if args.wal_path:
         from connectors.kafka.sink.recovery import sink_state as kafka_state
 
-        family, state = "eo_kafka", kafka_state(*storage_for(args.wal_path))
+        family, state = "eo_kafka", kafka_state(*_storage(args, args.wal_path))
         if not args.sink_id:
             raise ConnectorError("sink reset: --sink-id is required with --wal-path")
     else:
         from connectors.files.sink import sink_state as files_state
 
-        family, state = "eo_files", files_state(*storage_for(args.path))
+        family, state = "eo_files", files_state(*_storage(args, args.path))
     if not state.storage.is_dir(state.root):
         raise ConnectorError(f"sink reset: {state.url()} is not a directory")
     owner = state.owner()
@@ -198,42 +163,12 @@ def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _reset_jdbc(args: argparse.Namespace) -> dict[str, Any]:
-    import sqlalchemy as sa
-
-    from connectors.jdbc.metadata import NOTHING_COMMITTED, CommitsTable
-    from connectors.jdbc.options import parse_table_name
+    from connectors.jdbc import admin
 
     if not args.sink_id:
         raise ConnectorError("sink reset: --sink-id is required with --url")
-    shown = redact_url(args.url)
-    schema, name = parse_table_name(args.table, "--table")
-    commits = CommitsTable(name, schema)
-    try:
-        engine = sa.create_engine(args.url)
-    except Exception as e:
-        raise ConnectorError(f"sink reset: cannot use URL {shown}: {_url_problem(e)}") from None
-    try:
-        with engine.begin() as conn:
-            if not sa.inspect(conn).has_table(name, schema=schema):
-                raise ConnectorError(f"sink reset: {shown} has no table {args.table!r}")
-            t = commits.table
-            row = conn.execute(sa.select(t.c.batch_id).where(t.c.sink_id == args.sink_id)
-                               .with_for_update()).first()
-            if row is None:
-                raise ConnectorError(f"sink reset: table {args.table!r} at {shown} has no "
-                                     f"row for sink {args.sink_id!r}: nothing to reset")
-            # The row stays (it is what committers lock); -1 = nothing committed since.
-            conn.execute(t.update().where(t.c.sink_id == args.sink_id)
-                         .values(batch_id=NOTHING_COMMITTED, rows=0))
-    except ConnectorError:
-        raise
-    except Exception as e:
-        raise ConnectorError(f"sink reset: cannot reset {args.sink_id!r} at {shown}: "
-                             f"{redact_url(str(e).splitlines()[0])}") from None
-    finally:
-        engine.dispose()
-    last = None if int(row[0]) < 0 else int(row[0])
-    return {"sink_id": args.sink_id, "where": f"table {args.table!r} at {shown}",
+    last = admin.reset(args.url, args.sink_id, args.table)
+    return {"sink_id": args.sink_id, "where": f"table {args.table!r} at {redact_url(args.url)}",
             "last_committed": last, "batch_offset": 0, "resets": 1}
 
 
@@ -300,10 +235,10 @@ def watermarks(bootstrap: str, partitions: list[Any], timeout: float) -> dict[tu
 
 # -- files status ------------------------------------------------------------------------------
 def files_status(args: argparse.Namespace) -> int:
-    from connectors.core.storage import storage_for
-    from connectors.files.sink import LOG_DIR, committed_batches
+    from connectors.files.placement import placement_for
+    from connectors.files.sink import LOG_DIR, batches_in, committed_paths, sink_state
 
-    storage, root = storage_for(args.path)
+    storage, root = _storage(args, args.path)
     if not storage.exists(root):
         raise ConnectorError(f"files status: {args.path!r} does not exist")
     if not storage.is_dir(root):
@@ -311,14 +246,34 @@ def files_status(args: argparse.Namespace) -> int:
     if not storage.exists(storage.join(root, LOG_DIR)):
         raise ConnectorError(f"files status: {args.path!r} has no {LOG_DIR}: no eo_files sink "
                              "has committed there")
-    batches = committed_batches(args.path)
+    batches = batches_in(sink_state(storage, root))
     lines = [f"eo_files output {args.path}: {len(batches)} committed batches"]
     for b in batches[-args.last:] if args.last else batches:
         lines.append(f"  batch {b['batch_id']}: {len(b['files'])} files, {b.get('rows', '?')} rows")
         if args.verbose:
             lines += [f"      {f}" for f in b["files"]]
     total_files = sum(len(b["files"]) for b in batches)
-    _emit(args, {"path": args.path, "batches": batches, "files": total_files}, lines)
+    # What is not (yet) committed: staged files or attempt records, and on object stores
+    # data files under their final names that no committed batch lists (the batch in
+    # flight, or what a failed attempt left before its batch's cleanup).
+    pending = placement_for(storage, root, "").pending()
+    uncommitted: list[str] = []
+    if not storage.atomic_rename:
+        committed = set(committed_paths(storage, root))
+        uncommitted = sorted(f for f in storage.walk_files(root)
+                             if not f[len(root):].lstrip("/").startswith("_")
+                             and f not in committed)
+    if pending:
+        lines.append(f"  {len(pending)} entries in _eo_staging (attempts in flight, or left "
+                     "by failed ones until the next commit's cleanup)")
+    if uncommitted:
+        lines.append(f"  {len(uncommitted)} data files in no committed batch (the batch in "
+                     "flight, or files of failed attempts until the next cleanup)")
+        if args.verbose:
+            lines += [f"      {storage.url(f)}" for f in uncommitted]
+    _emit(args, {"path": args.path, "batches": batches, "files": total_files,
+                 "staging": [storage.url(p) for p in pending],
+                 "uncommitted": [storage.url(f) for f in uncommitted]}, lines)
     return 0
 
 
@@ -337,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         return sp
 
+    def with_storage(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--storage", action="append", metavar="KEY=VALUE",
+                        help="a storage.* option for an object-store path (repeatable), e.g. "
+                        "endpoint=http://minio:9000; credentials also come from AWS_*, "
+                        "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*")
+
     from connectors.demo.app import add_demo_arguments
 
     d = with_json(sub.add_parser("demo", help="end-to-end exactly-once demo with a crash"))
@@ -346,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     wal = sub.add_parser("wal", help="inspect a write-ahead log").add_subparsers(
         dest="wal_command", required=True)
     w = with_json(wal.add_parser("show", help="windows and offsets, committed or not"))
-    w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://)")
+    w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://, s3://, gs://, "
+                   "abfss://)")
+    with_storage(w)
     w.add_argument("--kind", help="only this log (e.g. source, sink)")
     w.add_argument("--last", type=int, default=0, help="only the last N entries")
     w.set_defaults(func=wal_show)
@@ -366,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--table", default="eo_sink_commits", help="eo_jdbc: metadata table name")
     r.add_argument("--wal-path", help="eo_kafka sink: its walPath")
     r.add_argument("--path", help="eo_files: the output path")
+    with_storage(r)
     r.set_defaults(func=sink_reset)
 
     lg = with_json(sub.add_parser("lag", help="per-partition lag of a consumer group"))
@@ -382,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("path")
     f.add_argument("--last", type=int, default=0, help="only the last N batches")
     f.add_argument("-v", "--verbose", action="store_true", help="list every file")
+    with_storage(f)
     f.set_defaults(func=files_status)
     return p
 

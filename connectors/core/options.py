@@ -8,13 +8,14 @@ an :class:`OptionReader`::
     servers = r.required("kafka.bootstrap.servers")
     max_rows = r.integer("maxOffsetsPerTrigger", None, minimum=1)
     r.exclusive("subscribe", "subscribePattern", "assign", required=True)
-    r.warn_unknown(prefixes=("kafka.",))   # raises on a typo; see below
+    r.refuse_unknown(prefixes=("kafka.",))   # raises on a typo; see below
 
-An option nobody read is an error by default (:meth:`OptionReader.warn_unknown`): a typo
-such as ``transactionl=true`` would otherwise change the guarantee without a word. The
-error names the option and the closest valid one. Spark's own options
-(:data:`SPARK_OPTIONS`) and declared prefixes (``kafka.*``) pass; the option
-``ignoreUnknownOptions=true`` turns the error back into a warning.
+The sinks declare their options once (:mod:`connectors.core.declared`) and read them through
+these getters. An option nobody read is an error by default
+(:meth:`OptionReader.refuse_unknown`): a typo such as ``transactionl=true`` would otherwise
+change the guarantee without a word. The error names the option and the closest valid one.
+Spark's own options (:data:`SPARK_OPTIONS`) and declared prefixes (``kafka.*``) pass; the
+option ``ignoreUnknownOptions=true`` turns the error back into a warning.
 
 Every error is an :class:`OptionError` that names the option with the user's spelling
 (``startingOffsets``, not ``startingoffsets``), says what was wrong and what is valid, and
@@ -24,15 +25,14 @@ never repeats the value of a secret option.
 from __future__ import annotations
 
 import difflib
-import functools
-import inspect
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from connectors.core.errors import OptionError, UnknownArgumentError
+from connectors.core.errors import OptionError
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,11 @@ class OptionReader:
         self._asked: dict[str, str] = {}
 
     # -- access -------------------------------------------------------------------------
+    def present(self, name: str) -> bool:
+        """Whether ``name`` was given, without making it a valid name of this connector
+        (a deprecated spelling is looked for, never suggested)."""
+        return name.lower() in self._raw
+
     def has(self, name: str) -> bool:
         self._asked.setdefault(name.lower(), name)
         return name.lower() in self._raw
@@ -178,7 +183,7 @@ class OptionReader:
 
     def error(self, name: str, problem: str, valid: str) -> OptionError:
         """Build the standard message: which option, what was wrong, what is valid."""
-        return OptionError(f"{self.family}: option '{name}' {problem}; {valid}", option=name)
+        return option_error(self.family, name, problem, valid)
 
     def _shown(self, name: str, value: str) -> str:
         return REDACTED if is_secret(name) else repr(value)
@@ -187,8 +192,7 @@ class OptionReader:
     def required(self, name: str, hint: str = "") -> str:
         value = self.raw(name)
         if value is None or value.strip() == "":
-            extra = f" ({hint})" if hint else ""
-            raise self.error(name, "is required but was not set", f"set it{extra}")
+            raise required_error(self.family, name, hint)
         return value.strip()
 
     def string(self, name: str, default: str | None = None) -> str | None:
@@ -219,8 +223,8 @@ class OptionReader:
         name: str,
         default: int | None = None,
         *,
-        minimum: int | None = None,
-        maximum: int | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
     ) -> int | None:
         value = self.string(name)
         if value is None:
@@ -231,12 +235,13 @@ class OptionReader:
             raise self.error(
                 name,
                 f"must be an integer, got {self._shown(name, value)}",
-                _bounds(minimum, maximum),
+                bounds_text(minimum, maximum),
             ) from None
-        _check_bounds(self, name, number, minimum, maximum)
+        check_range(self.family, name, number, minimum, maximum)
         return number
 
     def boolean(self, name: str, default: bool) -> bool:
+        """``true``/``false`` (also ``yes``/``no``, ``on``/``off``, ``1``/``0``)."""
         value = self.string(name)
         if value is None:
             return default
@@ -256,8 +261,10 @@ class OptionReader:
         *,
         minimum: float | None = None,
         maximum: float | None = None,
+        above: float | None = None,
     ) -> float | None:
-        """A duration in seconds, from ``"500ms"``, ``"10s"``, ``"5 minutes"`` or plain seconds."""
+        """A duration in seconds, from ``"500ms"``, ``"10s"``, ``"5 minutes"`` or plain seconds;
+        ``above`` is an exclusive lower bound (``above=0``: any positive duration)."""
         value = self.string(name)
         if value is None:
             return default
@@ -269,7 +276,7 @@ class OptionReader:
                 f"is not a duration: {self._shown(name, value)}",
                 "use a number with a unit such as '500ms', '10s', '5m' or '1h'",
             ) from None
-        _check_bounds(self, name, seconds, minimum, maximum)
+        check_range(self.family, name, seconds, minimum, maximum, above)
         return seconds
 
     def json(self, name: str, default: Any = None, *, expect: type | None = None) -> Any:
@@ -335,10 +342,11 @@ class OptionReader:
             if k not in self._used and k not in skip and not k.startswith(pre)
         )
 
-    def warn_unknown(self, prefixes: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[str]:
+    def refuse_unknown(self, prefixes: Iterable[str] = (),
+                       ignore: Iterable[str] = ()) -> list[str]:
         """Refuse options nobody read (typos such as ``transactionl``), naming the closest
-        valid one; with ``ignoreUnknownOptions=true``, log one warning instead. Call it
-        after every option was read."""
+        valid one; with ``ignoreUnknownOptions=true``, log one warning instead and return
+        them. Call it after every option was read."""
         lenient = self.boolean(IGNORE_UNKNOWN, False)
         # Spark adds 'path' for load(path)/save(path); sources that take it read it first.
         names = self.unknown(prefixes, ignore=tuple(ignore) + SPARK_OPTIONS)
@@ -363,6 +371,12 @@ class OptionReader:
             option=names[0],
         )
 
+    def warn_unknown(self, prefixes: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[str]:
+        """Deprecated name of :meth:`refuse_unknown` (it never only warned)."""
+        warnings.warn("OptionReader.warn_unknown is deprecated; use refuse_unknown (it raises "
+                      "unless ignoreUnknownOptions=true)", DeprecationWarning, stacklevel=2)
+        return self.refuse_unknown(prefixes, ignore)
+
     def redacted(self) -> dict[str, str]:
         """The raw options with secret values replaced, safe to log."""
         return {self._spelling[k]: (REDACTED if is_secret(k) else v) for k, v in self._raw.items()}
@@ -376,21 +390,40 @@ def _stringify(value: Any) -> str:
     return str(value)
 
 
-def _bounds(minimum: float | None, maximum: float | None) -> str:
+def option_error(family: str, name: str, problem: str, valid: str) -> OptionError:
+    """The one message of a bad option: which option, what was wrong, what is valid.
+    ``name`` is the option as the user wrote it (``walPath`` in Spark, ``wal_path`` in
+    Python)."""
+    return OptionError(f"{family}: option '{name}' {problem}; {valid}", option=name)
+
+
+def required_error(family: str, name: str, hint: str = "") -> OptionError:
+    extra = f" ({hint})" if hint else ""
+    return option_error(family, name, "is required but was not set", f"set it{extra}")
+
+
+def bounds_text(minimum: float | None, maximum: float | None,
+                above: float | None = None) -> str:
+    """What is valid: ``valid range is 1..10``, ``it must be >= 0``, ``it must be > 0``."""
     if minimum is not None and maximum is not None:
         return f"valid range is {minimum}..{maximum}"
-    if minimum is not None:
-        return f"it must be >= {minimum}"
+    low = f">= {minimum}" if minimum is not None else f"> {above}" if above is not None else ""
+    if low and maximum is not None:
+        return f"it must be {low} and <= {maximum}"
+    if low:
+        return f"it must be {low}"
     if maximum is not None:
         return f"it must be <= {maximum}"
     return "give a number"
 
 
-def _check_bounds(
-    reader: OptionReader, name: str, number: float, lo: float | None, hi: float | None
-) -> None:
-    if (lo is not None and number < lo) or (hi is not None and number > hi):
-        raise reader.error(name, f"is out of range ({number})", _bounds(lo, hi))
+def check_range(family: str, name: str, number: float, lo: float | None, hi: float | None,
+                above: float | None = None) -> None:
+    """Raise the standard "out of range" error unless ``number`` is within the bounds."""
+    if ((lo is not None and number < lo) or (hi is not None and number > hi)
+            or (above is not None and number <= above)):
+        raise option_error(family, name, f"is out of range ({number})",
+                           bounds_text(lo, hi, above))
 
 
 def stringify_options(options: Mapping[str, Any]) -> dict[str, str]:
@@ -412,32 +445,3 @@ def closest(name: str, valid: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(norm(name), [norm(v) for v in candidates], n=1,
                                       cutoff=0.6)
     return next((v for v in candidates if close and norm(v) == close[0]), None)
-
-
-F = TypeVar("F", bound=Callable[..., None])
-
-
-def checked_arguments(init: F) -> F:
-    """Make an unknown keyword argument of ``init`` an :class:`UnknownArgumentError` that
-    names the closest valid one (``FileSink(path, partiton_by=...)``: "did you mean
-    'partition_by'?"), instead of Python's bare ``TypeError``."""
-    valid = [name for name, p in inspect.signature(init).parameters.items()
-             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
-        unknown = [k for k in kwargs if k not in valid]
-        if unknown:
-            owner = type(self).__name__
-            hints = []
-            for name in unknown:
-                match = closest(name, valid)
-                hints.append(f"{name!r}" + (f" (did you mean {match!r}?)" if match else ""))
-            raise UnknownArgumentError(
-                f"{owner}() got an unknown keyword argument {', '.join(hints)}; valid "
-                f"arguments: {valid}",
-                option=unknown[0],
-            )
-        init(self, *args, **kwargs)
-
-    return cast(F, wrapper)

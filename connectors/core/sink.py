@@ -7,27 +7,28 @@ All three sinks have the same shape: executor tasks *stage* their rows, then the
 ``BatchSink.write`` hands the DataFrame to the writer that ``connectors/__init__.py``
 installs (:func:`set_dataframe_writer`), the Spark adapter.
 
-The contract every sink keeps:
+The contract every sink keeps (named, not numbered: the sinks' own steps are numbered):
 
-1. ``stage(task, batches)`` runs on an executor for one writer partition of one batch. It
-   may run several times for the same ``(batch_id, writer_id)`` (task retries, speculative
-   attempts, whole-batch replays after a crash). It returns a small picklable message.
-2. ``commit(batch_id, messages)`` runs on the driver with the messages of the winning
-   attempts, one per writer partition. It makes the batch visible atomically and records it
-   as committed *in the same step*. For a batch already committed it changes nothing.
-3. ``abort(batch_id, messages)`` removes what the batch staged. It must tolerate ``None``
-   messages (tasks that failed before reporting). Spark also calls it when ``commit``
-   raised, so it must never undo or break a commit that may have partly happened (a file
-   sink keeps the staged files that a pending rename plan still needs).
-4. ``last_committed()`` returns the highest committed batch id (or None).
-5. ``admit(batch_id)`` decides, before anything is written, on executors and on the driver:
-   first *ownership* (the state at this walPath/path belongs to this ``sink_id``, else
-   :class:`SinkOwnershipError`), then the *batch order*: a batch id above the last committed
-   one is written, the last committed one again is a replay and writes nothing, and one
-   below it is refused (:class:`BatchOrderError`): Spark replays only its last batch, so a
-   lower id means a new checkpoint or a second writer, and skipping it would lose its rows.
-   ``eo-connectors sink reset`` records a restart in the sink's state; the sink then maps
-   the new query's batch ids above the old ones (``batch_offset``).
+- **stage** ``(task, batches)`` runs on an executor for one writer partition of one batch.
+  It may run several times for the same ``(batch_id, writer_id)`` (task retries,
+  speculative attempts, whole-batch replays after a crash). It returns a small picklable
+  message.
+- **commit** ``(batch_id, messages)`` runs on the driver with the messages of the winning
+  attempts, one per writer partition. It makes the batch visible atomically and records
+  it as committed *in the same step*. For a batch already committed it changes nothing.
+- **abort** ``(batch_id, messages)`` removes what the batch staged. It must tolerate
+  ``None`` messages (tasks that failed before reporting). Spark also calls it when
+  ``commit`` raised, so it must never undo or break a commit that may have partly
+  happened (a file sink keeps the files that a pending plan still needs).
+- **last_committed** ``()`` returns the highest committed batch id (or None).
+- **admit** ``(batch_id)`` decides, before anything is written, on executors and on the
+  driver: first *ownership* (the state at this walPath/path belongs to this ``sink_id``,
+  else :class:`SinkOwnershipError`), then the *batch order*: a batch id above the last
+  committed one is written, the last committed one again is a replay and writes nothing,
+  and one below it is refused (:class:`BatchOrderError`): Spark replays only its last
+  batch, so a lower id means a new checkpoint or a second writer, and skipping it would
+  lose its rows. ``eo-connectors sink reset`` records a restart in the sink's state; the
+  sink then maps the new query's batch ids above the old ones (``batch_offset``).
 
 Exactly-once holds when the ``batch_id`` handed to a batch is stable on replay (Spark's
 ``batchId`` or a ``KafkaWindows`` window id) and the sink's identity (``sink_id``/path) is
@@ -169,7 +170,7 @@ class BatchSink(ABC):
         return last is not None and last >= batch_id
 
     def admit(self, batch_id: int) -> bool:
-        """Ownership, then the batch-order rule (contract step 5): True to write
+        """Ownership, then the batch-order rule (the contract's *admit*): True to write
         ``batch_id``, False when it is a replay of the last committed batch. Raises
         :class:`SinkOwnershipError` or :class:`BatchOrderError`. Sinks with durable state
         of their own override it to check ownership first."""

@@ -30,16 +30,27 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from connectors.core.sink import check_batch_order, ownership_error
 from connectors.core.storage import Storage, storage_for
-from connectors.core.wal import WriteAheadLog, read_record
+from connectors.core.wal import RETAIN_EVERY, WriteAheadLog, read_record
 
 log = logging.getLogger(__name__)
 
 OWNER_FILE = "sink.json"
+
+
+class _Unset:
+    pass
+
+
+_UNSET = _Unset()
+#: Facts that are written once and never change, read once per process: owner records
+#: (by path) and the sink id of a commit marker (by log and batch).
+_FACTS: dict[Any, str | None] = {}
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,7 @@ class Owner:
     """The sink id a state directory belongs to, and the commit that says so (None when an
     owner record says so)."""
 
-    sink_id: str
+    sink_id: str | None
     batch_id: int | None = None
 
 
@@ -65,6 +76,8 @@ class SinkState:
         markers: str | None = None,
         reset_file: str = "reset.json",
         what: str = "walPath",
+        family: str = "sink",
+        reset_flag: str = "--wal-path",
     ) -> None:
         self.storage = storage
         self.root = root
@@ -74,6 +87,10 @@ class SinkState:
         self._markers = storage.join(root, markers) if markers else None
         self._reset_path = storage.join(root, reset_file)
         self.what = what
+        self.family = family
+        self.reset_flag = reset_flag
+        #: the newest committed batch the last :meth:`admit` saw (spares a second listing)
+        self.last_listed: int | None = None
 
     @classmethod
     def open(cls, url: str, **kwargs: Any) -> SinkState:
@@ -95,78 +112,105 @@ class SinkState:
 
     def record_commit(self, batch_id: int, sink_id: str | None, rows: int,
                       **figures: Any) -> dict[str, Any]:
-        """Mark ``batch_id`` committed, atomically; the marker holds the commit info."""
+        """Mark ``batch_id`` committed: the commit point, a create-if-absent of the marker
+        holding the commit info. If the marker exists already, an earlier attempt of this
+        sink committed the batch (its info is returned), or another sink raced this one
+        for the directory (:class:`SinkOwnershipError`)."""
         info = {"sink_id": sink_id, "rows": rows, **figures,
                 "committed_ms": int(time.time() * 1000)}
-        self.log.commit(batch_id, info)
-        return info
+        existing = self.log.commit(batch_id, info)
+        if existing is None:
+            return info
+        if existing.get("sink_id") != sink_id:
+            raise ownership_error(self.family, self.what, self.url(), existing.get("sink_id"),
+                                  sink_id)
+        log.info("%s: batch %d was committed already (by an earlier attempt)", self.url(),
+                 batch_id)
+        return existing
+
+    def check_storage(self) -> None:
+        """The store enforces create-if-absent (the commit points): probed once per store
+        and process, before anything is written (``check_create_if_absent``)."""
+        self.storage.check_create_if_absent(self.root)
 
     def commit_info(self, batch_id: int) -> dict[str, Any] | None:
         return self.log.commit_info(batch_id)
 
-    def retain(self, batch_id: int) -> None:
-        """After ``batch_id`` committed: drop its task markers (and older ones) and apply the
-        log's retention rule, keeping the newest ``keep`` batches."""
+    def retain(self, batch_id: int, writers: Iterable[int] | None = None) -> None:
+        """After ``batch_id`` committed: drop its task markers and apply the log's retention
+        rule, keeping the newest ``keep`` batches. With ``writers`` (the committed tasks),
+        their markers are deleted by name (one bulk request, no listing) and the markers of
+        older batches, which a failed batch may have left, at every ``RETAIN_EVERY``-th
+        batch; without, every marker of ``batch_id`` and older ones now."""
         if self._markers is not None:
-            self.purge_markers(batch_id)
+            if writers is not None and batch_id % RETAIN_EVERY:
+                paths = [self.marker_path(batch_id, w) for w in writers]
+                if paths:
+                    self.storage.delete_many(paths)
+            else:
+                self.purge_markers(batch_id)
         self.log.retain(batch_id, self.keep)
 
     # -- ownership -------------------------------------------------------------------------
-    def owner(self) -> Owner | None:
+    def owner(self, last: int | None | _Unset = _UNSET) -> Owner | None:
+        """Who the directory belongs to: the owner record, where the sink keeps one (the
+        Kafka sink), else the newest commit's sink id (``last``: the newest committed batch,
+        when the caller has just listed the log). Both facts are written once and never
+        change, so each is read once per process."""
         if self._owner_path is not None:
-            record = read_record(self.storage, self._owner_path, "owner record")
-            return None if record is None else Owner(str(record.get("sink_id")))
-        last = self.log.last_committed()
-        if last is None:
-            return None
-        sink_id = (self.log.commit_info(last) or {}).get("sink_id")
-        return None if sink_id is None else Owner(str(sink_id), last)
-
-    def foreign_owner(self, sink_id: str | None) -> Owner | None:
-        """The owner, when it is a sink other than ``sink_id`` (None: no check)."""
-        if sink_id is None:
-            return None
-        owner = self.owner()
-        return owner if owner is not None and owner.sink_id != sink_id else None
-
-    def claim(self, sink_id: str) -> Owner | None:
-        """Record ``sink_id`` as the owner unless another sink owns the directory; returns
-        that other owner (the caller refuses to go on)."""
-        foreign = self.foreign_owner(sink_id)
-        if foreign is None and self._owner_path is not None \
-                and not self.storage.exists(self._owner_path):
-            self.storage.write_atomic(self._owner_path, json.dumps({"sink_id": sink_id}).encode())
-        return foreign
-
-    def owned_by_other(self, sink_id: str | None) -> str | None | bool:
-        """The owning sink id when it is not ``sink_id``, else False. Unlike
-        :meth:`foreign_owner`, a commit by a sink without an id (None) and a sink with one
-        differ here: a path written without a sink_id is not any named sink's."""
-        if self._owner_path is not None:
-            owner = self.owner()
-            if owner is not None:
-                return owner.sink_id if owner.sink_id != sink_id else False
+            key = (self.storage.identity(), self._owner_path)
+            sink_id = _FACTS.get(key)
+            if sink_id is None:
+                record = read_record(self.storage, self._owner_path, "owner record")
+                if record is not None:
+                    sink_id = _FACTS[key] = str(record.get("sink_id"))
+            if sink_id is not None:
+                return Owner(sink_id)
             # No owner record (a WAL from before owner records): the newest commit says.
-        last = self.log.last_committed()
+        if isinstance(last, _Unset):
+            last = self.log.last_committed()
         if last is None:
-            return False
-        theirs = (self.log.commit_info(last) or {}).get("sink_id")
-        return theirs if theirs != sink_id else False
+            return None
+        commit_key = (self.storage.identity(), self.log.dir, last)
+        if commit_key not in _FACTS:
+            _FACTS[commit_key] = (self.log.commit_info(last) or {}).get("sink_id")
+        committed_by = _FACTS[commit_key]
+        return Owner(committed_by if committed_by is None else str(committed_by), last)
 
-    def check_owner(self, family: str, sink_id: str | None) -> None:
-        other = self.owned_by_other(sink_id)
-        if other is not False:
-            raise ownership_error(family, self.what, self.url(), other, sink_id)  # type: ignore[arg-type]
+    def check_owner(self, family: str, sink_id: str | None,
+                    last: int | None | _Unset = _UNSET) -> None:
+        """The one ownership rule: the directory is unowned or owned by ``sink_id``.
+        A path written by a sink without an id is not any named sink's, and the reverse."""
+        owner = self.owner(last)
+        if owner is not None and owner.sink_id != sink_id:
+            raise ownership_error(family, self.what, self.url(), owner.sink_id, sink_id)
 
-    def admit(self, family: str, sink_id: str | None, batch_id: int, reset: str) -> bool:
-        """Ownership, then the batch order: True to write ``batch_id`` (the sink's
-        numbering), False for a replay of the last committed batch; raises otherwise."""
+    def claim(self, family: str, sink_id: str) -> None:
+        """Record ``sink_id`` as the owner (create-if-absent of the owner record) unless
+        another sink owns the directory; a concurrent claim that won is checked too."""
         self.check_owner(family, sink_id)
-        last = self.last_committed()
+        if self._owner_path is not None and self.owner() is None:
+            try:
+                self.storage.create(self._owner_path, json.dumps({"sink_id": sink_id}).encode())
+            except FileExistsError:
+                self.check_owner(family, sink_id)  # ours already, or a concurrent claim won
+
+    def admit(self, family: str, sink_id: str | None, batch_id: int) -> bool:
+        """Ownership, then the batch order: True to write ``batch_id`` (the sink's
+        numbering), False for a replay of the last committed batch; raises otherwise.
+        One listing of the log (and, once per process, the owner's record)."""
+        last = self.last_listed = self.last_committed()
+        self.check_owner(family, sink_id, last)
+        reset = self.reset_command(sink_id)
         if last is not None and batch_id < last:
             return check_batch_order(family, sink_id, batch_id, last, self.url(), reset,
                                      self.batch_offset())
         return check_batch_order(family, sink_id, batch_id, last, self.url(), reset)
+
+    def reset_command(self, sink_id: str | None) -> str:
+        """The command that records a restart of this sink (named in errors)."""
+        return f"eo-connectors sink reset {self.reset_flag} {self.url()}" + (
+            f" --sink-id {sink_id}" if sink_id else "")
 
     # -- reset -----------------------------------------------------------------------------
     def reset_record(self) -> dict[str, Any] | None:
@@ -204,7 +248,8 @@ class SinkState:
         return read_record(self.storage, path, f"task marker {batch_id}/{writer}")
 
     def put_marker(self, batch_id: int, writer: int, data: bytes) -> None:
-        self.storage.write_atomic(self.marker_path(batch_id, writer), data)
+        """Create the task marker; ``FileExistsError`` if another attempt created it."""
+        self.storage.create(self.marker_path(batch_id, writer), data)
 
     def marker_batches(self) -> list[int]:
         if self._markers is None:

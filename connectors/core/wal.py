@@ -5,9 +5,11 @@ Layout (DESIGN.md section 4)::
     <walPath>/<kind>/00000000000000000007.json     record of window/batch 7
     <walPath>/<kind>/00000000000000000007.commit   marker: window 7 is committed
 
-Every file is written with :meth:`Storage.write_atomic` (temp name, fsync, rename), so after
-a crash at any instant a record is either fully there or not there; readers never see the
-temp names. ``seq`` is the window id (Spark's ``batchId`` or a ``KafkaWindows`` window id).
+Every record and marker is written once, with :meth:`Storage.create` (create-if-absent: a
+hard link or RENAME of a complete temp file, or a conditional PUT on object stores), so
+after a crash at any instant a record is either fully there or not there, and of two
+writers racing for one ``seq`` exactly one wins. ``seq`` is the window id (Spark's
+``batchId`` or a ``KafkaWindows`` window id).
 
 This is Apex's WindowDataManager: ``append`` before the window's data moves, ``commit``
 once it is durable downstream, ``purge`` what no replay can need any more.
@@ -76,6 +78,23 @@ def read_record(storage: Storage, path: str, what: str) -> dict[str, Any] | None
     return value
 
 
+def create_or_same(storage: Storage, path: str, data: bytes, what: str = "record") -> bool:
+    """Create ``path`` with ``data``; True if this call created it, False if identical
+    bytes were already there (a replay, or this writer's own retried request); raises
+    :class:`WalError` if different bytes were (another writer's decision stands)."""
+    try:
+        storage.create(path, data)
+        return True
+    except FileExistsError:
+        existing = storage.read(path)
+        if existing == data:
+            return False
+        raise WalError(
+            f"{storage.url(path)}: {what} already exists with different content (existing "
+            f"{existing[:200]!r}, new {data[:200]!r}); refusing to overwrite it"
+        ) from None
+
+
 class WriteAheadLog:
     """An append-only log of JSON records under ``<root>/<kind>`` on any :class:`Storage`."""
 
@@ -102,22 +121,23 @@ class WriteAheadLog:
         """
         path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
         data = encode(record)
-        if self.storage.exists(path):
-            existing = self.storage.read(path)
-            if existing == data:
-                return False
-            raise WalError(
-                f"{self!r}: record {seq} already exists with different content "
-                f"(existing {existing[:200]!r}, new {data[:200]!r}); refusing to overwrite"
-            )
-        self.storage.write_atomic(path, data)
-        return True
+        if create_or_same(self.storage, path, data):
+            return True
+        return False
 
-    def put(self, seq: int, record: dict[str, Any]) -> None:
-        """Write or replace record ``seq`` (for state that legitimately changes, e.g. sinks)."""
-        self.storage.write_atomic(
-            self.storage.join(self.dir, _name(seq, RECORD_EXT)), encode(record)
-        )
+    def create(self, seq: int, record: dict[str, Any]) -> dict[str, Any] | None:
+        """Create record ``seq`` unless one exists; returns the existing record (None when
+        this call created it). For records whose content legitimately differs between two
+        writers (the file sink's plan): the caller decides what an existing one means."""
+        path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
+        try:
+            self.storage.create(path, encode(record))
+            return None
+        except FileExistsError:
+            existing = read_record(self.storage, path, f"{self!r}: record {seq}")
+            if existing is None:
+                raise WalError(f"{self!r}: record {seq} exists but cannot be read") from None
+            return existing
 
     def get(self, seq: int) -> dict[str, Any] | None:
         path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
@@ -147,10 +167,16 @@ class WriteAheadLog:
         return None
 
     # -- commit markers -----------------------------------------------------------------
-    def commit(self, seq: int, info: dict[str, Any] | None = None) -> None:
-        """Mark ``seq`` committed (idempotent). ``info`` is stored in the marker."""
+    def commit(self, seq: int, info: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Mark ``seq`` committed, once: the marker (holding ``info``) is created if absent.
+        Returns None when this call committed it, else the info of the existing marker
+        (an earlier attempt's commit, or a racing writer's)."""
         path = self.storage.join(self.dir, _name(seq, COMMIT_EXT))
-        self.storage.write_atomic(path, encode(info or {}))
+        try:
+            self.storage.create(path, encode(info or {}))
+            return None
+        except FileExistsError:
+            return read_record(self.storage, path, f"{self!r}: commit marker {seq}") or {}
 
     def is_committed(self, seq: int) -> bool:
         return self.storage.exists(self.storage.join(self.dir, _name(seq, COMMIT_EXT)))
@@ -179,17 +205,18 @@ class WriteAheadLog:
     def purge(self, before_seq: int, keep_last: int = 10) -> int:
         """Delete records and markers with seq < ``before_seq``, but keep the newest
         ``keep_last`` records for inspection. Returns how many files were deleted."""
-        seqs = self.seqs()
+        names = self._names()
+        seqs = _seqs(names, RECORD_EXT)
         keep = set(seqs[-keep_last:]) if keep_last > 0 else set()
-        deleted = 0
-        for name in self._names():
+        doomed = []
+        for name in names:
             seq = _seq(name, RECORD_EXT)
             if seq is None:
                 seq = _seq(name, COMMIT_EXT)
             if seq is None or seq >= before_seq or seq in keep:
                 continue
-            if self.storage.delete(self.storage.join(self.dir, name)):
-                deleted += 1
+            doomed.append(self.storage.join(self.dir, name))
+        deleted = self.storage.delete_many(doomed) if doomed else 0
         if deleted:
             log.debug("%r: purged %d files before %d", self, deleted, before_seq)
         return deleted

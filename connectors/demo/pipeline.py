@@ -26,7 +26,7 @@ def build_sinks(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
         keys=["word"],
         accumulate=["count"],
         create_table=True,
-        retry_deadline=float(cfg.get("jdbc_retry_deadline", 30.0)),
+        retry_timeout=float(cfg.get("jdbc_retry_timeout", 30.0)),
     )
     kafka = KafkaSink(
         bootstrap_servers=cfg["bootstrap"],

@@ -321,7 +321,10 @@ class WrittenFile:
     bytes: int
 
 
-OpenFile = Callable[[], tuple[str, AbstractContextManager[IO[bytes]]]]
+#: ``open_file(partition_dir) -> (name, context manager of a new byte stream)``
+OpenFile = Callable[[str], tuple[str, AbstractContextManager[IO[bytes]]]]
+#: ``announce([(partition_dir, name), ...])``: called before those files become durable
+Announce = Callable[[list[tuple[str, str]]], None]
 
 
 @dataclass
@@ -340,9 +343,11 @@ class RollingWriter:
     """Writes one task's rows into files: one open file per partition directory, a new file
     after ``max_records`` rows or once a file holds about ``max_bytes`` bytes.
 
-    ``open_file()`` returns ``(name, context manager of a new byte stream)``. ``close()``
-    returns the files in the order they were opened. On error, ``abort()`` closes whatever is
-    open; the caller deletes the partial files.
+    ``open_file(partition_dir)`` returns ``(name, context manager of a new byte stream)``.
+    ``announce``, if given, hears of every file just before it is finished (on object
+    stores, before it becomes visible), so that a task's files can be found after it died.
+    ``close()`` returns the files in the order they were opened. On error, ``abort()``
+    closes whatever is open; the caller deletes the partial files.
     """
 
     def __init__(
@@ -353,9 +358,11 @@ class RollingWriter:
         partition_by: Sequence[str] = (),
         max_records: int | None = None,
         max_bytes: int | None = None,
+        announce: Announce | None = None,
     ) -> None:
         self.fmt = fmt
         self.open_file = open_file
+        self.announce = announce
         self.partition_by = list(partition_by)
         self.max_records = max_records
         self.max_bytes = max_bytes
@@ -421,7 +428,7 @@ class RollingWriter:
     def _new_file(self, part: str, schema: pa.Schema) -> _Open:
         if self._schema is None:
             self._schema = schema
-        name, ctx = self.open_file()
+        name, ctx = self.open_file(part)
         stream = ctx.__enter__()
         try:
             writer = self.fmt.open(stream, self._schema)
@@ -442,8 +449,10 @@ class RollingWriter:
         self._buffered -= f.pending_bytes
         f.pending, f.pending_rows, f.pending_bytes = [], 0, 0
 
-    def _finish(self, f: _Open) -> None:
+    def _finish(self, f: _Open, announced: bool = False) -> None:
         self._flush(f)
+        if self.announce is not None and not announced:
+            self.announce([(f.partition, f.name)])
         f.writer.close()
         f.ctx.__exit__(None, None, None)
         del self._open[f.partition]
@@ -451,9 +460,11 @@ class RollingWriter:
 
     def close(self) -> list[WrittenFile]:
         """Flush and close every open file; the files in the order they were opened."""
-        for f in list(self._order):
-            if f.partition in self._open and self._open[f.partition] is f:
-                self._finish(f)
+        last = [f for f in self._order if self._open.get(f.partition) is f]
+        if self.announce is not None and last:
+            self.announce([(f.partition, f.name) for f in last])  # one announcement for all
+        for f in last:
+            self._finish(f, announced=True)
         order = {f.name: i for i, f in enumerate(self._order)}
         return sorted(self._done, key=lambda w: order[w.name])
 

@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 from connectors.core.errors import FileSinkError
 from connectors.core.storage import LocalStorage, Storage
+from connectors.core.wal import create_or_same
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ _HDFS_BLOCK_SIZE = 128 * 1024 * 1024
 
 #: (absolute path in the storage, size in bytes, modification time in ms)
 Entry = tuple[str, int, int]
+
+#: Log files are written once and never change: what this process wrote or read, by
+#: (store, log directory, batch id), so a compaction need not read its deltas back.
+_READ: dict[tuple[object, str, int], list[dict[str, Any]]] = {}
 
 
 def is_compaction(batch_id: int, interval: int = COMPACT_INTERVAL) -> bool:
@@ -80,6 +85,12 @@ class SparkMetadataLog:
         return self.storage.join(self.dir, batch_file_name(batch_id, self.interval))
 
     def read(self, batch_id: int) -> list[dict[str, Any]]:
+        key = (self.storage.identity(), self.dir, batch_id)
+        if key not in _READ:
+            _READ[key] = self._read(batch_id)
+        return _READ[key]
+
+    def _read(self, batch_id: int) -> list[dict[str, Any]]:
         path = self._path(batch_id)
         try:
             text = self.storage.read(path).decode("utf-8")
@@ -140,9 +151,17 @@ class SparkMetadataLog:
             return "file://" + quoted
         return self.storage.url("").rstrip("/") + quoted
 
-    def add(self, batch_id: int, files: Sequence[Entry]) -> None:
-        """Record ``files`` as batch ``batch_id`` (idempotent: a replay rewrites the same)."""
+    def add(self, batch_id: int, files: Sequence[Entry], previous: int | None = None) -> None:
+        """Record ``files`` as batch ``batch_id`` (idempotent: a replay finds the same
+        bytes). ``previous``: the batch the caller knows is the log's newest (its own last
+        commit), which spares listing the log."""
         entries = [self.entry(p, size, mtime) for p, size, mtime in files]
+        if previous is not None and previous == batch_id - 1 and \
+                (self.storage.identity(), self.dir, previous) in _READ:
+            self._write(batch_id, entries)  # the common case: no gap, nothing later
+            if is_compaction(batch_id, self.interval):
+                self._expire(batch_id)
+            return
         ids = self.batch_ids()
         later = [i for i in ids if i > batch_id]
         if later:
@@ -194,7 +213,11 @@ class SparkMetadataLog:
 
     def _write_file(self, batch_id: int, entries: list[dict[str, Any]]) -> None:
         lines = [VERSION] + [json.dumps(e, separators=(",", ":")) for e in entries]
-        self.storage.write_atomic(self._path(batch_id), "\n".join(lines).encode("utf-8"))
+        # Created once: a replay of the batch builds the same bytes; different bytes mean
+        # another writer's log, which must not be overwritten.
+        create_or_same(self.storage, self._path(batch_id), "\n".join(lines).encode("utf-8"),
+                       "Spark metadata log entry")
+        _READ[(self.storage.identity(), self.dir, batch_id)] = entries
 
     def _expire(self, compaction_id: int) -> None:
         """Delete files older than needed, as Spark does after a compaction."""
@@ -202,6 +225,6 @@ class SparkMetadataLog:
         if min_batch < self.interval:
             return
         min_compaction = min_batch - (min_batch % self.interval) - 1
-        for b in self.batch_ids():
-            if b < min_compaction:
-                self.storage.delete(self._path_any(b))
+        old = [b for b in self.batch_ids() if b < min_compaction]
+        if old:
+            self.storage.delete_many([self._path(b) for b in old])

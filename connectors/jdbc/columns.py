@@ -1,7 +1,8 @@
 """Column types of the JDBC sink: which DataFrame type may go into which table column.
 
 - ``column_spec``: one DataFrame column and the table column it lands in (``ColumnSpec``,
-  picklable: it travels to the tasks);
+  picklable: it travels to the tasks); a :class:`Layout` is all of them, with what the
+  driver learned about the tables;
 - ``check_compatible``: refuse, on the driver, a type pair that can never be right;
 - ``check_values``: the value checks every dialect needs and SQLite would not do (integer
   range, string length), vectorized per batch;
@@ -112,6 +113,40 @@ class ColumnSpec:
     category: str  # of the table column
     int_bits: int | None = None
     max_length: int | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the driver learned about the tables (picklable; travels to the tasks)."""
+
+    columns: tuple[ColumnSpec, ...]
+    # PostgreSQL: pg_type OIDs of the data columns in the staging table and in the target
+    # (they pick binary COPY); None elsewhere or when unknown.
+    stage_types: tuple[int, ...] | None = None
+    target_types: tuple[int, ...] | None = None
+    # PostgreSQL append whose columns all have a binary COPY form: tasks stage blocks.
+    blocks: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def table_columns(self) -> list[str]:
+        """The table columns the DataFrame columns land in, in DataFrame order."""
+        return [c.column for c in self.columns]
+
+    def spec(self, column: str) -> ColumnSpec | None:
+        """The column spec of a DataFrame or table column name."""
+        for spec in self.columns:
+            if column in (spec.name, spec.column):
+                return spec
+        return None
+
+    def column(self, name: str) -> str:
+        """The table column that DataFrame column ``name`` lands in."""
+        spec = self.spec(name)
+        return spec.column if spec else name
 
 
 def column_spec(name: str, column: str, arrow_t: pa.DataType,

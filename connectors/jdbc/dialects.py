@@ -1,8 +1,8 @@
 """Database dialects of the JDBC sink: PostgreSQL (psycopg 3, COPY), SQLite, MySQL/MariaDB.
 
 Everything that differs between databases lives here; the commit protocol in
-``connectors.jdbc.sink`` and the staging strategies in ``connectors.jdbc.staging`` are written
-once against this small interface:
+``connectors.jdbc.sink``, the staging strategies in ``connectors.jdbc.staging`` and the write
+modes in ``connectors.jdbc.modes`` are written once against this small interface:
 
 - ``stage_table``/``create_stage``: the staging table ``eo_stage_<sink>`` with the target's
   column types plus the tags ``(eo_batch, eo_writer, eo_attempt)``. UNLOGGED on PostgreSQL.
@@ -10,9 +10,9 @@ once against this small interface:
   PostgreSQL streams ``COPY ... FROM STDIN`` (``connectors.jdbc.pgcopy``); the others use
   batched ``executemany`` inserts through SQLAlchemy, whose bind processing needs the
   tables' reflected types (``binds_types``).
-- ``apply``: one set-based ``INSERT ... SELECT`` from the staging table into the target, with
-  ``ON CONFLICT`` (PostgreSQL, SQLite) or ``ON DUPLICATE KEY UPDATE`` (MySQL) for upsert and
-  accumulate.
+- ``insert``/``on_conflict``/``excluded``: the pieces of the set-based ``INSERT ... SELECT``
+  that the write modes (``connectors.jdbc.modes``) build: ``ON CONFLICT`` (PostgreSQL,
+  SQLite) or ``ON DUPLICATE KEY UPDATE`` (MySQL) for upsert and accumulate.
 - ``clear_stage``: remove staged rows of committed/aborted batches.
 - ``block_store``: PostgreSQL's binary COPY blocks for append (None elsewhere).
 - ``is_transient``: which errors are worth retrying (lost connection, serialization failure,
@@ -166,47 +166,6 @@ class Dialect:
 
     def excluded(self, ins: Any) -> Any:
         return ins.excluded
-
-    def apply(self, conn: sa.Connection, mode: str, target: sa.Table, stage: sa.Table,
-              columns: Sequence[str], keys: Sequence[str], accumulate: Sequence[str],
-              where: Any) -> int | None:
-        """Apply the staged rows selected by ``where`` to the target, set-based.
-
-        Returns the number of staged rows it read when the database says so exactly
-        (append: the INSERT's row count), else None."""
-        if mode == "append":
-            sel = sa.select(*[stage.c[c] for c in columns]).where(where)
-            stmt = target.insert().from_select(list(columns), sel)
-            # SQLAlchemy only keeps an INSERT's row count when asked to.
-            result = conn.execute(stmt.execution_options(preserve_rowcount=True))
-            count = result.rowcount
-            return int(count) if count is not None and count >= 0 else None
-        others = [c for c in columns if c not in keys and c not in accumulate]
-        if mode == "accumulate":
-            # Pre-aggregate per key: a batch may hold a key twice, and ON CONFLICT may not
-            # touch one row twice in one statement (PostgreSQL refuses, MySQL/SQLite would
-            # apply the rows one after the other, which is the same sum but not portable).
-            sel = (
-                sa.select(
-                    *[stage.c[k] for k in keys],
-                    *[sa.func.sum(stage.c[a]).label(a) for a in accumulate],
-                    *[sa.func.max(stage.c[o]).label(o) for o in others],
-                )
-                .where(where)
-                .group_by(*[stage.c[k] for k in keys])
-            )
-            cols = [*keys, *accumulate, *others]
-        else:
-            sel = sa.select(*[stage.c[c] for c in columns]).where(where)
-            cols = list(columns)
-        ins = self.insert(target).from_select(cols, sel)
-        new = self.excluded(ins)
-        updates: dict[str, Any] = {o: new[o] for o in others}
-        for a in accumulate:
-            zero: Any = sa.literal_column("0")
-            updates[a] = sa.func.coalesce(target.c[a], zero) + sa.func.coalesce(new[a], zero)
-        conn.execute(self.on_conflict(ins, target, keys, updates))
-        return None
 
     # -- staging --------------------------------------------------------------------------
     def stage_table(self, name: str, schema: str | None,
@@ -400,7 +359,7 @@ class PostgresDialect(Dialect):
         if state == "08P01":  # protocol violation (e.g. a malformed COPY stream): a bug
             return False
         # Authentication and a missing role or database do not heal by waiting: fail now
-        # instead of retrying until retryDeadline. A refused connection may carry no
+        # instead of retrying until retryTimeout. A refused connection may carry no
         # SQLSTATE, so the server's message decides.
         if state.startswith("28") or state == "3D000" or _PG_FATAL.search(str(orig)):
             return False

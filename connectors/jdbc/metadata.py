@@ -92,6 +92,20 @@ class CommitsTable:
             return None
         return None if int(row[0]) < 0 else int(row[0])
 
+    def reset(self, conn: sa.Connection, sink_id: str) -> int | None:
+        """Move the sink's row back to ``-1`` (nothing committed), locking it first; the
+        stored batch id it held, or None when the sink has no row. The row stays: it is what
+        committers lock."""
+        t = self.table
+        row = conn.execute(
+            sa.select(t.c.batch_id).where(t.c.sink_id == sink_id).with_for_update()
+        ).first()
+        if row is None:
+            return None
+        conn.execute(t.update().where(t.c.sink_id == sink_id)
+                     .values(batch_id=NOTHING_COMMITTED, rows=0))
+        return int(row[0])
+
     def record(self, conn: sa.Connection, sink_id: str, batch_id: int, rows: int) -> None:
         """Move the sink's row to ``batch_id``, inside the caller's commit transaction."""
         t = self.table

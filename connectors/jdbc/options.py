@@ -1,24 +1,35 @@
-"""Options of the ``eo_jdbc`` sink: Spark's string options parsed once into a frozen spec."""
+"""Options of the ``eo_jdbc`` sink, declared once (:data:`JDBC_SINK_OPTIONS`): Spark's string
+options and the Python API's arguments both become a frozen :class:`JdbcSinkOptions` through
+it (docs/jdbc-sink.md shows the table it generates)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import warnings
 from dataclasses import dataclass, field
 from hashlib import sha256
-from typing import Any
+from typing import ClassVar
 
-from connectors.core.errors import OptionError
-from connectors.core.options import (
-    OptionReader,
-    check_sink_id,
-    redact_url,
-    stringify_options,
+from connectors.core.declared import (
+    BOOLEAN,
+    CHOICE,
+    CSV_LIST,
+    DURATION,
+    INTEGER,
+    STRING,
+    Declared,
+    Opt,
+    Values,
+    sink_id_option,
 )
+from connectors.core.errors import OptionError
+from connectors.core.options import redact_url
 from connectors.jdbc.dialects import normalize_url
 from connectors.jdbc.metadata import DEFAULT_NAME
+from connectors.jdbc.modes import MODES, Append, WriteMode
 
-MODES = ("append", "upsert", "accumulate", "sql")
+FAMILY = "eo_jdbc"
+
 # Spark's JDBC spellings -> SQLAlchemy's.
 ISOLATION_LEVELS = {
     "READ_UNCOMMITTED": "READ UNCOMMITTED",
@@ -60,21 +71,77 @@ def staging_name(sink_id: str) -> str:
     return f"eo_stage_{clean[:40]}_{sha256(sink_id.encode()).hexdigest()[:8]}"
 
 
+#: The sink's options, declared once: ``JdbcSink(...)``'s arguments, the DataSource's options,
+#: the unknown-option check and the table in docs/jdbc-sink.md all come from here.
+JDBC_SINK_OPTIONS: tuple[Opt, ...] = (
+    Opt("url", "url", STRING, required=True,
+        hint="a SQLAlchemy URL such as postgresql+psycopg://user@host/db or sqlite:///path.db",
+        help="A SQLAlchemy URL: `postgresql+psycopg://user:pw@host:5432/db`, "
+        "`sqlite:///path/to.db`, `mysql+pymysql://user@host:3306/db`. `postgresql://` and "
+        "`mysql://` pick psycopg and pymysql. A `jdbc:` prefix is accepted. The password never "
+        "appears in logs or errors."),
+    Opt("table", "table", STRING, shown_default="required (except mode `sql`)",
+        help='The target table. `schema.table` and `"Quoted Schema"."Quoted Table"` work.'),
+    sink_id_option(
+        True, "The sink's identity in the commit table. It must be stable across restarts and "
+        "unique per target. 1-128 characters from `A-Z a-z 0-9 . _ -`, not starting with `.`, "
+        "no `..`.",
+        hint="a stable name for this sink, unique per target table; it keys the commit table, "
+        "so it must stay the same across restarts"),
+    Opt("mode", "mode", CHOICE, Append.name, choices=tuple(MODES),
+        help="`append`, `upsert`, `accumulate` or `sql`."),
+    Opt("keys", "keys", CSV_LIST, (),
+        help="Key columns (comma-separated, or a list in Python), for `upsert` and "
+        "`accumulate`. The table needs a primary key or unique index on exactly these "
+        "columns."),
+    Opt("accumulate", "accumulate", CSV_LIST, (),
+        help="Numeric columns to add to: `col = coalesce(col, 0) + coalesce(new, 0)`."),
+    Opt("statement", "statement", STRING,
+        help="Mode `sql`: your SQL with named parameters (`:word`, `:n`), each named after a "
+        "DataFrame column. It runs once per row, inside the commit transaction."),
+    Opt("createTable", "create_table", BOOLEAN, False,
+        help="Create the target from the DataFrame schema if it is missing. The keys become "
+        "the primary key."),
+    Opt("batchSize", "batch_size", INTEGER, 10_000, minimum=1,
+        help="Rows per `executemany` chunk (SQLite, MySQL, mode `sql`) and per COPY block."),
+    Opt("retryTimeout", "retry_timeout", DURATION, 30.0, minimum=0,
+        deprecated=("retryDeadline",), deprecated_args=("retry_deadline",),
+        help="How long transient errors are retried with backoff: lost connection, "
+        "serialization failure, deadlock, a locked SQLite file. Other errors fail at once."),
+    Opt("isolationLevel", "isolation_level", STRING, shown_default="database default",
+        help="The commit transaction's level: `READ_UNCOMMITTED`, `READ_COMMITTED`, "
+        "`REPEATABLE_READ`, `SERIALIZABLE`. `NONE` is refused, because it would mean no "
+        "transaction."),
+    Opt("metadataTable", "metadata_table", STRING, DEFAULT_NAME,
+        help="The commit table's name. It may include a schema."),
+    Opt("stagingTable", "staging_table", STRING, shown_default="`eo_stage_<sink_id>`",
+        help="The staging table, in the target's schema."),
+    Opt("smallBatchRows", "small_batch_rows", INTEGER, 10_000, minimum=0,
+        help="foreachBatch only: a batch up to this size is written by the driver in one "
+        "transaction. `0` always stages."),
+    Opt("stageBlocks", "stage_blocks", BOOLEAN, True,
+        help="PostgreSQL append: tasks stage binary COPY blocks and the commit COPYs them into "
+        "the table (see Performance). `false` stages rows and commits with `INSERT ... "
+        "SELECT` on the server, for a slow link between the Spark driver and the database."),
+)
+
+
 @dataclass(frozen=True)
-class JdbcSinkOptions:
+class JdbcSinkOptions(Declared):
     """Parsed options of one JDBC sink (a picklable spec; no connections)."""
+
+    OPTIONS: ClassVar[tuple[Opt, ...]] = JDBC_SINK_OPTIONS
+    FAMILY: ClassVar[str] = FAMILY
 
     url: str = field(repr=False)
     sink_id: str
-    mode: str
+    #: ``mode`` with ``keys``, ``accumulate`` and ``statement``: chosen once, here
+    write_mode: WriteMode
     table: str | None
     table_schema: str | None
-    keys: tuple[str, ...] = ()
-    accumulate: tuple[str, ...] = ()
-    statement: str | None = None
     create_table: bool = False
     batch_size: int = 10_000
-    retry_deadline: float = 30.0
+    retry_timeout: float = 30.0
     isolation_level: str | None = None
     metadata_table: str = DEFAULT_NAME
     metadata_schema: str | None = None
@@ -82,6 +149,23 @@ class JdbcSinkOptions:
     staging_schema: str | None = None
     small_batch_rows: int = 10_000
     stage_blocks: bool = True
+
+    # The option values as given, read from the write mode (which owns them).
+    @property
+    def mode(self) -> str:
+        return self.write_mode.name
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.write_mode.keys
+
+    @property
+    def accumulate(self) -> tuple[str, ...]:
+        return self.write_mode.columns
+
+    @property
+    def statement(self) -> str | None:
+        return self.write_mode.statement
 
     @property
     def redacted_url(self) -> str:
@@ -102,137 +186,57 @@ class JdbcSinkOptions:
             return "(statement)"
         return f"{self.table_schema}.{self.table}" if self.table_schema else self.table
 
+    @property
+    def retry_deadline(self) -> float:
+        """Deprecated: :attr:`retry_timeout`."""
+        warnings.warn("JdbcSinkOptions.retry_deadline is deprecated; use retry_timeout",
+                      DeprecationWarning, stacklevel=2)
+        return self.retry_timeout
+
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> JdbcSinkOptions:
-        r = OptionReader(options, family="eo_jdbc")
-        url = normalize_url(r.required("url", "a SQLAlchemy URL such as "
-                                       "postgresql+psycopg://user@host/db or sqlite:///path.db"))
-        sink_id = r.string("sink_id") or r.string("sinkId")
-        if not sink_id:
-            raise r.error(
-                "sink_id", "is required but was not set",
-                "set a stable name for this sink, unique per target table; it keys the "
-                "commit table, so it must stay the same across restarts",
-            )
-        check_sink_id("eo_jdbc", sink_id)
-        mode = r.choice("mode", MODES, default="append") or "append"
-        table_text = r.string("table")
+    def _build(cls, v: Values) -> JdbcSinkOptions:
+        """The checks across options, for ``JdbcSink(...)`` and the DataSource alike."""
+        url = normalize_url(v["url"])
+        kind = MODES[v["mode"]]
         schema, table = (None, None)
-        if table_text is not None:
-            schema, table = parse_table_name(table_text, "table")
-        elif mode != "sql":
-            raise r.error("table", "is required but was not set",
+        if v["table"] is not None:
+            schema, table = parse_table_name(v["table"], v.name("table"))
+        elif kind.needs_table:
+            raise v.error("table", "is required but was not set",
                           "name the target table (schema.table allowed)")
-        keys = tuple(r.csv_list("keys"))
-        acc = tuple(r.csv_list("accumulate"))
-        statement = r.string("statement")
-        if mode in ("upsert", "accumulate") and not keys:
-            raise r.error("keys", f"is required with mode '{mode}'",
-                          "list the key columns, e.g. keys=word (comma-separated)")
-        if mode == "accumulate" and not acc:
-            raise r.error("accumulate", "is required with mode 'accumulate'",
-                          "list the columns to add to, e.g. accumulate=count")
-        if mode != "accumulate" and acc:
-            raise r.error("accumulate", f"is only used with mode 'accumulate', not '{mode}'",
-                          "remove it or set mode=accumulate")
-        if set(keys) & set(acc):
-            raise r.error("accumulate", f"repeats key columns {sorted(set(keys) & set(acc))}",
-                          "a column is either a key or accumulated")
-        if mode == "sql" and not statement:
-            raise r.error("statement", "is required with mode 'sql'",
-                          "give SQL with named parameters, e.g. INSERT INTO t (w, n) VALUES "
-                          "(:w, :n) ON CONFLICT (w) DO UPDATE SET n = t.n + excluded.n")
-        if mode != "sql" and statement:
-            raise r.error("statement", f"is only used with mode 'sql', not '{mode}'",
-                          "remove it or set mode=sql")
-        create_table = r.boolean("createTable", False)
-        if create_table and table is None:
-            raise r.error("createTable", "needs option 'table'", "name the table to create")
-        batch_size = r.integer("batchSize", 10_000, minimum=1) or 10_000
-        deadline = r.duration("retryDeadline", 30.0, minimum=0.0)
-        iso_raw = r.string("isolationLevel")
-        iso = None
-        if iso_raw is not None:
-            key = iso_raw.strip().upper().replace(" ", "_")
-            if key not in ISOLATION_LEVELS:
-                valid = list(ISOLATION_LEVELS)
-                why = (" (NONE would commit without a transaction, which breaks exactly-once)"
-                       if key == "NONE" else "")
-                raise r.error("isolationLevel", f"has invalid value {iso_raw!r}{why}",
-                              f"valid values: {valid}")
-            iso = ISOLATION_LEVELS[key]
-        meta_schema, meta_name = parse_table_name(
-            r.string("metadataTable", DEFAULT_NAME) or DEFAULT_NAME, "metadataTable")
-        staging_text = r.string("stagingTable")
-        if staging_text:
-            stage_schema, stage_name = parse_table_name(staging_text, "stagingTable")
+        if v["create_table"] and table is None:
+            raise v.error("create_table", f"needs option '{v.name('table')}'",
+                          "name the table to create")
+        meta_schema, meta_name = parse_table_name(v["metadata_table"], v.name("metadata_table"))
+        if v["staging_table"]:
+            stage_schema, stage_name = parse_table_name(v["staging_table"],
+                                                        v.name("staging_table"))
         else:
-            stage_schema, stage_name = (schema if table else meta_schema), staging_name(sink_id)
-        small = r.integer("smallBatchRows", 10_000, minimum=0)
-        stage_blocks = r.boolean("stageBlocks", True)
-        r.warn_unknown(ignore=("batchId",))
-        return cls(
+            stage_schema = schema if table else meta_schema
+            stage_name = staging_name(v["sink_id"])
+        return v.build(
+            cls, used=("mode", "keys", "accumulate", "statement"),
             url=url.render_as_string(hide_password=False),
-            sink_id=sink_id,
-            mode=mode,
+            write_mode=kind.from_values(v),
             table=table,
             table_schema=schema,
-            keys=keys,
-            accumulate=acc,
-            statement=statement,
-            create_table=create_table,
-            batch_size=batch_size,
-            retry_deadline=30.0 if deadline is None else deadline,
-            isolation_level=iso,
+            isolation_level=_isolation_level(v),
             metadata_table=meta_name,
             metadata_schema=meta_schema,
             staging_table=stage_name,
             staging_schema=stage_schema,
-            small_batch_rows=10_000 if small is None else small,
-            stage_blocks=bool(stage_blocks),
         )
 
-    @classmethod
-    def from_arguments(
-        cls,
-        url: str,
-        table: str | None,
-        sink_id: str | None,
-        *,
-        mode: str,
-        keys: Sequence[str] | str | None,
-        accumulate: Sequence[str] | str | None,
-        statement: str | None,
-        create_table: bool,
-        batch_size: int,
-        retry_deadline: float,
-        isolation_level: str | None,
-        metadata_table: str,
-        staging_table: str | None,
-        small_batch_rows: int,
-        stage_blocks: bool,
-    ) -> JdbcSinkOptions:
-        """The Python API's arguments (``JdbcSink(...)``), checked like Spark's options."""
-        return cls.from_options(stringify_options({
-            "url": url,
-            "table": table,
-            "sink_id": sink_id,
-            "mode": mode,
-            "keys": _csv(keys),
-            "accumulate": _csv(accumulate),
-            "statement": statement,
-            "createTable": create_table,
-            "batchSize": batch_size,
-            "retryDeadline": retry_deadline,
-            "isolationLevel": isolation_level,
-            "metadataTable": metadata_table,
-            "stagingTable": staging_table,
-            "smallBatchRows": small_batch_rows,
-            "stageBlocks": stage_blocks,
-        }))
 
-
-def _csv(value: Sequence[str] | str | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return ",".join(value)
+def _isolation_level(v: Values) -> str | None:
+    """Spark's JDBC spelling (``READ_COMMITTED``, any case, spaces allowed) -> SQLAlchemy's."""
+    given = v["isolation_level"]
+    if given is None:
+        return None
+    key = given.strip().upper().replace(" ", "_")
+    if key not in ISOLATION_LEVELS:
+        why = (" (NONE would commit without a transaction, which breaks exactly-once)"
+               if key == "NONE" else "")
+        raise v.error("isolation_level", f"has invalid value {given!r}{why}",
+                      f"valid values: {list(ISOLATION_LEVELS)}")
+    return ISOLATION_LEVELS[key]

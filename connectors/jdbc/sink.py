@@ -5,10 +5,13 @@ or as ``JdbcSink(...).write(df, batch_id)``. The exactly-once mechanism is Apex 
 JdbcTransactionalStore: the last committed batch id of each sink lives in a metadata table
 (``eo_sink_commits``) and moves in the *same* database transaction as the rows.
 
-This module is the protocol. Beside it: ``options`` (the parsed options), ``tables`` (table
-preparation), ``staging`` (where tasks put their rows: staging table, COPY blocks, or the
-driver), ``dialects`` and ``pgcopy`` (what differs between databases), ``metadata`` (the
-commit table).
+This module is the protocol. Beside it: ``options`` (the parsed options) and ``modes``
+(the write mode they choose: append, upsert, accumulate, sql); ``database`` (dialect,
+tables, connections, retries, transactions), which this protocol and the ``staging``
+strategies (where tasks put their rows: staging table, COPY blocks, or the driver) both
+use; ``tables`` (table preparation), ``dialects``, ``pgcopy`` and ``pgbinary`` (what
+differs between databases), ``metadata`` (the commit table), ``admin`` (the operator's
+status and reset of the commit table, for ``eo-connectors sink``).
 """
 
 from __future__ import annotations
@@ -20,17 +23,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import sqlalchemy as sa
 
 from connectors.core import failpoints
-from connectors.core.errors import ConnectorError, JdbcSinkError
-from connectors.core.options import checked_arguments
+from connectors.core.declared import checked_arguments, given
+from connectors.core.errors import ConnectorError
 from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
-from connectors.jdbc.dialects import Dialect, dialect_for
-from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
-from connectors.jdbc.options import JdbcSinkOptions
+from connectors.jdbc.columns import Layout
+from connectors.jdbc.database import Database
+from connectors.jdbc.metadata import DEFAULT_NAME
+from connectors.jdbc.options import JDBC_SINK_OPTIONS, JdbcSinkOptions
 from connectors.jdbc.staging import Staging, staging_for
-from connectors.jdbc.tables import Layout, Tables, prepared_layout, remember_layout
+from connectors.jdbc.tables import prepared_layout, remember_layout
 
 log = logging.getLogger(__name__)
 
@@ -46,35 +49,43 @@ class JdbcSink(BatchSink):
       ``keys``; ``accumulate`` (``col = col + new`` for the ``accumulate`` columns, the
       non-idempotent increment of a word count); or ``sql`` (your statement, once per row).
     - **Guarantee**: exactly-once per ``(sink_id, batch_id)``: a batch's rows and the
-      advance of ``eo_sink_commits.batch_id`` commit in one database transaction, and a
-      batch id at or below the committed one is a no-op. It holds when ``sink_id`` is stable
-      across restarts and unique per target, the batch ids are stable on replay (Spark's
-      ``batchId``, or a ``KafkaWindows`` window id) and increase, and nothing else writes
-      the sink's commit row or staging table.
+      advance of ``eo_sink_commits.batch_id`` commit in one database transaction; the
+      committed batch id again is a no-op (a replay), and a lower one is refused
+      (``BatchOrderError``: a new checkpoint needs ``eo-connectors sink reset``). It holds
+      when ``sink_id`` is stable across restarts and unique per target, the batch ids are
+      stable on replay (Spark's ``batchId``, or a ``KafkaWindows`` window id) and increase,
+      and nothing else writes the sink's commit row or staging table.
     - **Parallelism**: one staging transaction per Spark task (writer partition) into the
       staging table ``eo_stage_<sink_id>`` (UNLOGGED, filled with COPY on PostgreSQL); then
       one commit transaction per batch on the driver. In ``foreachBatch`` a small batch
       (``smallBatchRows``) skips the staging transactions: its rows go to the driver and are
       written in the commit transaction alone.
 
-    Protocol of one batch ``B`` (DESIGN.md section 7; mirrored by ``# 1.``... in the code):
+    Protocol of one batch ``B`` (DESIGN.md section 7; each step is marked ``# 1.``,
+    ``# 2a.``... where it happens):
 
-    1. Stage (each task, ``stage``): write the task's rows where the commit finds them,
-       tagged ``(B, writer, attempt token)``, in the task's own transaction, and report
-       their count (``connectors.jdbc.staging``: the staging table; binary COPY blocks for
-       PostgreSQL append; in ``foreachBatch``, a small partition goes to the driver
-       instead). Failpoints ``jdbc.before_stage_commit``, ``jdbc.after_stage``.
+    1. Stage (each task, ``stage``): a task of a batch below the committed one fails first
+       (foreachBatch admitted the batch on the driver); then the staging strategy
+       (``connectors.jdbc.staging``) writes the task's rows where the commit finds them,
+       tagged ``(B, writer, attempt token)``, in the task's own transaction
+       (``Database.task_transaction``), and reports their count: the staging table; binary
+       COPY blocks for PostgreSQL append; in ``foreachBatch``, a small partition goes to
+       the driver instead, with no transaction. Failpoints ``jdbc.before_stage_commit``
+       (before the task's transaction commits) and ``jdbc.after_stage`` (after).
     2. Commit (driver, ``commit``), ONE transaction:
 
-       a. ``SELECT batch_id FROM eo_sink_commits WHERE sink_id = ... FOR UPDATE``. If it
-          is ``>= B``, this is a replay: delete the staged rows of ``<= B`` and return.
-       b. Check that the staging tables hold exactly what each winning attempt reported.
-       c. Apply the winning attempts' rows to the target: set-based (``INSERT ...
-          SELECT``, ``ON CONFLICT`` for upsert and accumulate), one ``COPY`` of the
-          blocks, the driver's own rows directly.
-       d. Move the commit row to ``B``.
-       e. Delete staged rows of batches ``<= B`` (losing attempts, orphans of crashed
-          runs). Failpoint ``jdbc.before_commit``.
+       a. Lock: ``SELECT batch_id FROM eo_sink_commits WHERE sink_id = ... FOR UPDATE``
+          (SQLite: ``BEGIN IMMEDIATE``). ``B`` equal to it is a replay: clear the staged
+          rows of ``<= B`` and return; ``B`` below it raises ``BatchOrderError``.
+       b. Verify (``Staging.verify``): the staging tables hold exactly what each winning
+          attempt reported (append checks the INSERT's row count in c instead).
+       c. Apply (``Staging.apply``) the winning attempts' rows to the target: set-based
+          by the write mode (``connectors.jdbc.modes``: ``INSERT ... SELECT``, ``ON
+          CONFLICT`` for upsert and accumulate, the statement per row for sql), one
+          ``COPY`` of the blocks, the driver's own rows directly.
+       d. Record: move the commit row to ``B``.
+       e. Clear (``Staging.clear``): delete staged rows of batches ``<= B`` (losing
+          attempts, orphans of crashed runs). Failpoint ``jdbc.before_commit``.
        f. COMMIT. Failpoint ``jdbc.after_commit`` (after the database commit, before
           Spark's commit log).
     3. Abort (``abort``): delete this batch's staged rows; orphans of older batches go at
@@ -83,7 +94,7 @@ class JdbcSink(BatchSink):
 
     family = "jdbc"
 
-    @checked_arguments
+    @checked_arguments(JDBC_SINK_OPTIONS)
     def __init__(
         self,
         url: str,
@@ -91,24 +102,24 @@ class JdbcSink(BatchSink):
         sink_id: str | None = None,
         *,
         mode: str = "append",
-        keys: Sequence[str] | str | None = None,
-        accumulate: Sequence[str] | str | None = None,
+        keys: Sequence[str] | str = (),
+        accumulate: Sequence[str] | str = (),
         statement: str | None = None,
         create_table: bool = False,
         batch_size: int = 10_000,
-        retry_deadline: float = 30.0,
+        retry_timeout: float = 30.0,
         isolation_level: str | None = None,
         metadata_table: str = DEFAULT_NAME,
         staging_table: str | None = None,
         small_batch_rows: int = 10_000,
         stage_blocks: bool = True,
+        retry_deadline: float | None = None,
     ) -> None:
-        self._init(JdbcSinkOptions.from_arguments(
-            url, table, sink_id, mode=mode, keys=keys, accumulate=accumulate,
-            statement=statement, create_table=create_table, batch_size=batch_size,
-            retry_deadline=retry_deadline, isolation_level=isolation_level,
-            metadata_table=metadata_table, staging_table=staging_table,
-            small_batch_rows=small_batch_rows, stage_blocks=stage_blocks))
+        """The arguments are the DataSource's options in snake_case (``JDBC_SINK_OPTIONS``,
+        the table in docs/jdbc-sink.md); ``keys`` and ``accumulate`` may be lists,
+        ``retry_timeout`` is in seconds. ``retry_deadline`` is the deprecated former name of
+        ``retry_timeout``."""
+        self._init(JdbcSinkOptions.create(**given(locals())))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> JdbcSink:
@@ -119,13 +130,11 @@ class JdbcSink(BatchSink):
         self.options = options
         self._layout: Layout | None = None
         self._inline_limit: int | None = None
-        self._dialect: Dialect | None = None
-        self._tables: Tables | None = None
+        self._db: Database | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_dialect"] = None
-        state["_tables"] = None
+        state["_db"] = None  # connections and engines stay in the process that made them
         return state
 
     def __repr__(self) -> str:
@@ -135,73 +144,15 @@ class JdbcSink(BatchSink):
 
     # -- runtime ----------------------------------------------------------------------------
     @property
-    def dialect(self) -> Dialect:
-        if self._dialect is None:
-            self._dialect = dialect_for(sa.engine.make_url(self.options.url),
-                                        self.options.retry_deadline)
-        return self._dialect
-
-    @property
-    def tables(self) -> Tables:
-        if self._tables is None:
-            self._tables = Tables(self.options, self.dialect)
-        return self._tables
-
-    @property
-    def commits(self) -> CommitsTable:
-        return self.tables.commits
-
-    def connect(self, isolation: bool = False) -> sa.Connection:
-        conn = self.dialect.engine().connect()
-        if isolation:
-            opts = self.dialect.isolation(self.options.isolation_level)
-            if opts:
-                conn = conn.execution_options(**opts)
-        return conn
+    def database(self) -> Database:
+        """The sink's database in this process (built on first use, never pickled)."""
+        if self._db is None:
+            self._db = Database(self.options)
+        return self._db
 
     def _retrying(self, what: str, fn: Callable[[], T]) -> T:
-        """Run ``fn``; retry transient database errors with backoff until the deadline."""
-        deadline = time.monotonic() + self.options.retry_deadline
-        delay = 0.1
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn()
-            except ConnectorError:
-                raise
-            except Exception as e:
-                transient = self.dialect.is_transient(e)
-                if not transient or time.monotonic() + delay > deadline:
-                    raise self._wrap(what, e, gave_up=transient, attempts=attempt) from e
-                log.warning("eo_jdbc sink %s: %s failed (attempt %d, transient: %s); retrying "
-                            "in %.1fs", self.options.sink_id, what, attempt,
-                            self.dialect.describe(e), delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _wrap(self, what: str, e: Exception, gave_up: bool = False,
-              attempts: int = 1) -> JdbcSinkError:
-        o = self.options
-        column = self.dialect.column_of(e)
-        where = f"table {o.qualified_table!r}"
-        if column:
-            spec = self._layout.spec(column) if self._layout is not None else None
-            typ = f" ({spec.sql_type}, DataFrame type {spec.arrow_type})" if spec else ""
-            where += f", column {column!r}{typ}"
-        retry = (f" (transient; gave up after {attempts} attempts within retryDeadline="
-                 f"{o.retry_deadline:g}s)" if gave_up else "")
-        return JdbcSinkError(
-            f"eo_jdbc sink {o.sink_id!r}: {what} failed on {where} at {o.redacted_url}: "
-            f"{self.dialect.describe(e)}{retry}"
-        )
-
-    def _transaction(self, what: str, fn: Callable[[sa.Connection], T]) -> T:
-        def work() -> T:
-            with self.connect() as conn, conn.begin():
-                return fn(conn)
-
-        return self._retrying(what, work)
+        """``Database.retrying``, its errors naming the prepared layout's column types."""
+        return self.database.retrying(what, fn, self._layout)
 
     def _require_layout(self) -> Layout:
         if self._layout is None:
@@ -212,7 +163,7 @@ class JdbcSink(BatchSink):
         return self._layout
 
     def _staging(self) -> Staging:
-        return staging_for(self, self._require_layout(), self._inline_limit)
+        return staging_for(self.database, self._require_layout(), self._inline_limit)
 
     # -- driver-side preparation ----------------------------------------------------------
     def check_schema(self, schema: pa.Schema) -> None:
@@ -220,28 +171,17 @@ class JdbcSink(BatchSink):
         refuse a DataFrame column the table lacks or a type it cannot take."""
         layout = prepared_layout(self.options, schema)
         if layout is None:
-            self._ensure_metadata()
-            layout = self._transaction("preparing tables",
-                                       lambda conn: self.tables.prepare(conn, schema))
+            db = self.database
+            db.ensure_metadata()
+            layout = db.transaction("preparing tables",
+                                    lambda conn: db.tables.prepare(conn, schema), self._layout)
             remember_layout(self.options, schema, layout)
         self._layout = layout
 
-    def _ensure_metadata(self) -> None:
-        t = self.tables
-        if not t.metadata_ready():
-            self._transaction(f"preparing metadata table {t.commits.qualified!r}",
-                              t.prepare_metadata)
-            t.metadata_prepared()
-
     # -- the protocol ---------------------------------------------------------------------
     def last_committed(self) -> int | None:
-        self._ensure_metadata()
-
-        def work() -> int | None:
-            with self.connect() as conn:
-                return self.commits.last_committed(conn, self.options.sink_id)
-
-        return self._retrying("reading the last committed batch", work)
+        self.database.ensure_metadata()
+        return self.database.last_committed()
 
     def admit(self, batch_id: int) -> bool:
         """The batch order against ``eo_sink_commits`` (the commit transaction checks it
@@ -277,33 +217,14 @@ class JdbcSink(BatchSink):
             # The executor's share of the batch-order rule (the foreachBatch path admitted
             # the batch on the driver already, and its inline tasks stay connection-free):
             # a lower batch id fails before it stages anything.
-            def work() -> int | None:
-                with self.connect() as conn:
-                    return self.commits.last_committed(conn, self.options.sink_id)
-
-            last = self._retrying("reading the last committed batch", work)
+            last = self.database.last_committed()
             if last is not None and task.batch_id < last:
                 check_batch_order(FAMILY, self.options.sink_id, task.batch_id, last,
                                   self._where(), self._reset_command())
+        # 1. Stage the rows where the strategy keeps them, in the task's own transaction
+        #    (Database.task_transaction: failpoints jdbc.before_stage_commit and
+        #    jdbc.after_stage); the foreachBatch path may keep them for the driver instead.
         return self._staging().stage(task, batches)
-
-    def task_transaction(self, task: TaskInfo, write: Callable[[sa.Connection], T]) -> T:
-        """1. The task's own staging transaction around ``write`` (a strategy's)."""
-        conn = self._retrying("connecting to stage rows", self.connect)
-        try:
-            with conn.begin():
-                message = write(conn)
-                failpoints.hit("jdbc.before_stage_commit", task.batch_id)
-        except ConnectorError:
-            raise
-        except Exception as e:
-            raise self._wrap(f"staging batch {task.batch_id} (writer {task.writer_id})", e) from e
-        finally:
-            conn.close()
-        failpoints.hit("jdbc.after_stage", task.batch_id)
-        log.debug("eo_jdbc sink %s: staged %d rows of batch %d writer %d", self.options.sink_id,
-                  getattr(message, "rows", 0), task.batch_id, task.writer_id)
-        return message
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """2. Driver: apply the batch in one transaction; a no-op for a committed batch."""
@@ -316,6 +237,7 @@ class JdbcSink(BatchSink):
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
                      self.options.sink_id, batch_id)
             return
+        # 2f. (after) The batch is in the database; Spark's commit log is not written yet.
         failpoints.hit("jdbc.after_commit", batch_id)
         log.info("eo_jdbc sink %s: committed batch %d (%d rows, %d writers) into %s in %.1f ms",
                  self.options.sink_id, batch_id, rows, len(msgs), self.options.qualified_table,
@@ -323,36 +245,40 @@ class JdbcSink(BatchSink):
 
     def _commit_once(self, staging: Staging, batch_id: int, msgs: Sequence[Any]) -> int | None:
         sink_id = self.options.sink_id
-        with self.connect(isolation=True) as conn, conn.begin():
-            # 2a. Lock the sink's commit row. The last committed batch again is a replay; a
-            #     lower id (a new checkpoint, a second writer) raises and rolls back.
-            last = self.commits.lock(conn, sink_id)
+        db = self.database
+        with db.connect(isolation=True) as conn, conn.begin():
+            # 2a. Lock the sink's commit row. The last committed batch again is a replay
+            #     (clear what it staged, change nothing else); a lower id (a new checkpoint,
+            #     a second writer) raises and rolls back.
+            last = db.commits.lock(conn, sink_id)
             if not check_batch_order(FAMILY, sink_id, batch_id, last, self._where(),
                                      self._reset_command()):
                 staging.clear(conn, batch_id, msgs)
                 return None
-            # 2b.
+            # 2b. Verify: the staged rows are exactly what the winning attempts reported.
             staging.verify(conn, batch_id, msgs)
-            # 2c.
+            # 2c. Apply them to the target (the write mode's SQL, or COPY of the blocks).
             rows = staging.apply(conn, batch_id, msgs)
-            # 2d.
-            self.commits.record(conn, sink_id, batch_id, rows)
-            # 2e.
+            # 2d. Record: move the commit row to this batch, in the same transaction.
+            db.commits.record(conn, sink_id, batch_id, rows)
+            # 2e. Clear the staged rows of batches up to this one (losers, orphans).
             staging.clear(conn, batch_id, msgs)
             failpoints.hit("jdbc.before_commit", batch_id)
-        # 2f. (the context manager committed)
+        # 2f. COMMIT: leaving the block committed the transaction.
         return rows
 
     def abort(self, batch_id: int, messages: Sequence[Any | None]) -> None:
         """3. Delete this batch's staged rows. Best effort: whatever is left is an orphan
         that the next commit removes, so a failing cleanup must not hide the original error."""
+        db = self.database
         try:
-            with self.connect() as conn, conn.begin():
-                self.tables.delete_batch(conn, batch_id)
+            # 3. Abort: delete what this batch staged, whichever staging tables exist.
+            with db.connect() as conn, conn.begin():
+                db.tables.delete_batch(conn, batch_id)
         except Exception as e:  # noqa: BLE001 - see docstring
             log.warning("eo_jdbc sink %s: could not remove staged rows of aborted batch %d "
                         "(the next commit removes them): %s", self.options.sink_id, batch_id,
-                        self.dialect.describe(e))
+                        db.dialect.describe(e))
 
     # -- the driver's share of a foreachBatch write (sized by the Spark adapter) -------------
     @property

@@ -34,7 +34,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -42,12 +42,9 @@ import sqlalchemy as sa
 from connectors.core.errors import JdbcSinkError
 from connectors.core.sink import TaskInfo
 from connectors.jdbc import pgbinary
-from connectors.jdbc.columns import first_rows
+from connectors.jdbc.columns import Layout, first_rows
+from connectors.jdbc.database import Database
 from connectors.jdbc.dialects import PostgresDialect
-from connectors.jdbc.tables import Layout
-
-if TYPE_CHECKING:
-    from connectors.jdbc.sink import JdbcSink
 
 
 # -- stage messages (picklable, small) -------------------------------------------------------
@@ -107,11 +104,13 @@ class Staging(ABC):
     """Where a task's rows wait for the commit, and how the commit checks, applies and
     clears them (see the module docstring)."""
 
-    def __init__(self, sink: JdbcSink, layout: Layout) -> None:
-        self.sink = sink
+    def __init__(self, db: Database, layout: Layout) -> None:
+        self.db = db
         self.layout = layout
-        self.options = sink.options
-        self.tables = sink.tables
+        self.options = db.options
+        self.mode = db.options.write_mode
+        self.tables = db.tables
+        self.dialect = db.dialect
 
     @abstractmethod
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
@@ -131,7 +130,8 @@ class Staging(ABC):
 
 
 class RowStaging(Staging):
-    """Tagged rows in the staging table, applied set-based by ``Dialect.apply``."""
+    """Tagged rows in the staging table, applied set-based by the write mode
+    (``connectors.jdbc.modes``)."""
 
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> StagedRows:
         token = new_token()
@@ -140,12 +140,12 @@ class RowStaging(Staging):
             rows = self.write(conn, task.batch_id, task.writer_id, token, batches)
             return StagedRows(task.writer_id, token, rows)
 
-        return self.sink.task_transaction(task, write)
+        return self.db.task_transaction(task, write, self.layout)
 
     def write(self, conn: sa.Connection, batch_id: int, writer_id: int, token: int,
               batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> int:
         o = self.options
-        return self.sink.dialect.write_rows(
+        return self.dialect.write_rows(
             conn, self.tables.stage_for_rows(conn, self.layout), self.layout.columns, batches,
             (batch_id, writer_id, token), o.batch_size, o.qualified_table,
             self.layout.stage_types)
@@ -175,9 +175,8 @@ class RowStaging(Staging):
                      counts)
 
     def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
-        # Append checks the INSERT's row count in apply instead: one scan less.
         expected = self._expected(messages)
-        if expected and self.options.mode != "append":
+        if expected and not self.mode.counted_by_apply:  # else apply's row count checks
             self._count(conn, batch_id, expected)
 
     def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
@@ -188,44 +187,27 @@ class RowStaging(Staging):
         staged = sum(expected.values())
         stage = self.tables.stage(conn, self.layout)
         where = sa.and_(stage.c.eo_batch == batch_id, stage.c.eo_attempt.in_(list(expected)))
-        if o.mode == "sql":
-            self._apply_statement(conn, stage, where)
-            return staged
-        applied = self.sink.dialect.apply(
-            conn, o.mode, self.tables.target_names(self.layout), stage,
-            [c.column for c in self.layout.columns], [self.layout.column(k) for k in o.keys],
-            [self.layout.column(a) for a in o.accumulate], where)
-        if o.mode == "append" and applied is None:
+        applied = self.mode.apply(conn, self.dialect, self.tables.target_names(self.layout),
+                                  stage, self.layout, where, o.batch_size)
+        if self.mode.counted_by_apply and applied is None:
             self._count(conn, batch_id, expected)
-        elif o.mode == "append" and applied != staged:
+        elif self.mode.counted_by_apply and applied != staged:
             self._count(conn, batch_id, expected)
             raise JdbcSinkError(
                 f"eo_jdbc sink {o.sink_id!r}: batch {batch_id}: applied {applied} staged "
                 f"rows, the tasks reported {staged}; nothing was committed")
         return staged
 
-    def _apply_statement(self, conn: sa.Connection, stage: sa.Table, where: Any) -> None:
-        """Mode ``sql``: the user's statement once per staged row, in writer order."""
-        stmt = sa.text(self.options.statement or "")
-        names = self.layout.names
-        result = conn.execute(sa.select(*[stage.c[c.column] for c in self.layout.columns])
-                              .where(where).order_by(stage.c.eo_writer))
-        while True:
-            chunk = result.fetchmany(self.options.batch_size)
-            if not chunk:
-                break
-            conn.execute(stmt, [dict(zip(names, r, strict=True)) for r in chunk])
-
     def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
-        self.sink.dialect.clear_stage(conn, self.tables.stage(conn, self.layout), batch_id)
+        self.dialect.clear_stage(conn, self.tables.stage(conn, self.layout), batch_id)
 
 
 class BlockStaging(Staging):
     """PostgreSQL append: binary COPY blocks, one ``COPY target`` at commit."""
 
-    def __init__(self, sink: JdbcSink, layout: Layout, rows: RowStaging, store: PostgresDialect,
+    def __init__(self, db: Database, layout: Layout, rows: RowStaging, store: PostgresDialect,
                  target_types: tuple[int, ...]) -> None:
-        super().__init__(sink, layout)
+        super().__init__(db, layout)
         self.rows = rows
         self.store = store
         self.target_types = target_types
@@ -246,7 +228,7 @@ class BlockStaging(Staging):
                 (task.batch_id, task.writer_id, token), self.options.qualified_table, kinds)
             return StagedBlocks(task.writer_id, token, rows, blocks)
 
-        return self.sink.task_transaction(task, write)
+        return self.db.task_transaction(task, write, self.layout)
 
     @staticmethod
     def _expected(messages: Sequence[Any]) -> dict[int, tuple[int, int]]:
@@ -268,7 +250,7 @@ class BlockStaging(Staging):
         expected = self._expected(messages)
         copied = 0
         if expected:
-            with self.sink.connect() as reader:  # closed (locks released) before 2e's TRUNCATE
+            with self.db.connect() as reader:  # closed (locks released) before 2e's TRUNCATE
                 copied = self.store.copy_blocks(
                     conn, reader, self.tables.target_names(self.layout), self.layout.columns,
                     self.tables.blocks(), batch_id, list(expected))
@@ -289,9 +271,9 @@ class BlockStaging(Staging):
 class InlineStaging(Staging):
     """``foreachBatch``: small partitions go to the driver; larger ones to ``fallback``."""
 
-    def __init__(self, sink: JdbcSink, layout: Layout, rows: RowStaging, fallback: Staging,
+    def __init__(self, db: Database, layout: Layout, rows: RowStaging, fallback: Staging,
                  limit: int) -> None:
-        super().__init__(sink, layout)
+        super().__init__(db, layout)
         self.rows = rows
         self.fallback = fallback
         self.limit = limit
@@ -312,14 +294,14 @@ class InlineStaging(Staging):
 
     def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
         inline = [m for m in messages if isinstance(m, InlineRows) and m.rows > 0]
-        if self.options.mode != "append":
+        if not self.mode.as_is:
             # The set-based step applies them with the task-staged rows, in one statement.
             landed = self.rows.land(conn, batch_id, inline)
             return self.fallback.apply(conn, batch_id, [*messages, *landed])
         # Appended rows need no set-based step: COPY/insert them into the target right here.
         o = self.options
         target = self.tables.target_for_rows(conn, self.layout)
-        direct = sum(self.sink.dialect.write_rows(
+        direct = sum(self.dialect.write_rows(
             conn, target, self.layout.columns, m.batches(), None, o.batch_size,
             o.qualified_table, self.layout.target_types) for m in inline)
         return direct + self.fallback.apply(conn, batch_id, messages)
@@ -328,17 +310,17 @@ class InlineStaging(Staging):
         self.fallback.clear(conn, batch_id, messages)
 
 
-def staging_for(sink: JdbcSink, layout: Layout, inline_limit: int | None) -> Staging:
+def staging_for(db: Database, layout: Layout, inline_limit: int | None) -> Staging:
     """The strategy of a sink with this prepared layout: blocks where the layout says so
     (PostgreSQL append, every column with a binary form), else rows; wrapped by the inline
     path when the adapter gave a limit (``foreachBatch``)."""
-    rows = RowStaging(sink, layout)
+    rows = RowStaging(db, layout)
     chosen: Staging = rows
-    store = sink.dialect.block_store()
+    store = db.dialect.block_store()
     if layout.blocks and store is not None and layout.target_types is not None:
-        chosen = BlockStaging(sink, layout, rows, store, layout.target_types)
+        chosen = BlockStaging(db, layout, rows, store, layout.target_types)
     if inline_limit is not None:
-        chosen = InlineStaging(sink, layout, rows, chosen, inline_limit)
+        chosen = InlineStaging(db, layout, rows, chosen, inline_limit)
     return chosen
 
 

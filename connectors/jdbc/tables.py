@@ -1,8 +1,9 @@
 """The tables of one JDBC sink and their preparation on the driver (DESIGN.md section 7).
 
 - the **target** (``table``): created from the DataFrame schema with ``createTable``, else
-  checked: every DataFrame column must exist and take the DataFrame's type, and upsert and
-  accumulate need a unique key on exactly the ``keys``;
+  checked: every DataFrame column must exist and take the DataFrame's type, and the write
+  mode checks what it needs (``connectors.jdbc.modes``: upsert and accumulate need a unique
+  key on exactly the ``keys``);
 - the **staging table** ``eo_stage_<sink>``: the target's column types plus the tags
   ``(eo_batch, eo_writer, eo_attempt)``; recreated when the columns change;
 - the **block table** ``eo_stage_<sink>_blocks`` (PostgreSQL append, binary COPY blocks);
@@ -16,17 +17,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import sqlalchemy as sa
 
-from connectors.core.errors import JdbcSinkError, OptionError
+from connectors.core.errors import JdbcSinkError
 from connectors.jdbc import pgbinary
 from connectors.jdbc.columns import (
     TAG_COLUMNS,
     ColumnSpec,
+    Layout,
     arrow_category,
     arrow_to_sql_type,
     check_compatible,
@@ -37,35 +38,6 @@ from connectors.jdbc.metadata import CommitsTable
 from connectors.jdbc.options import JdbcSinkOptions
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the driver learned about the tables (picklable; travels to the tasks)."""
-
-    columns: tuple[ColumnSpec, ...]
-    # PostgreSQL: pg_type OIDs of the data columns in the staging table and in the target
-    # (they pick binary COPY); None elsewhere or when unknown.
-    stage_types: tuple[int, ...] | None = None
-    target_types: tuple[int, ...] | None = None
-    # PostgreSQL append whose columns all have a binary COPY form: tasks stage blocks.
-    blocks: bool = False
-
-    @property
-    def names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    def spec(self, column: str) -> ColumnSpec | None:
-        """The column spec of a DataFrame or table column name."""
-        for spec in self.columns:
-            if column in (spec.name, spec.column):
-                return spec
-        return None
-
-    def column(self, name: str) -> str:
-        """The table column that DataFrame column ``name`` lands in."""
-        spec = self.spec(name)
-        return spec.column if spec else name
 
 
 # Per-process caches: what the driver prepared (keyed by options + schema) and the SQLAlchemy
@@ -194,14 +166,11 @@ class Tables:
                 _TABLES.pop(("target", o.url, o.table_schema, o.table), None)
             target = self.target(conn)
         specs = self._column_specs(conn, schema, target)
-        if target is not None and o.mode in ("upsert", "accumulate"):
-            self._check_keys(insp, target, specs)
-        if o.mode == "sql":
-            self._check_statement(schema)
+        o.write_mode.check(insp, target, specs, schema, o.sink_id, o.qualified_table)
         self._ensure_stage(conn, insp, target, specs, schema)
         stage_types, target_types = self._column_types(conn, target, specs)
         store = self.dialect.block_store()
-        blocks = (o.mode == "append" and o.stage_blocks and store is not None
+        blocks = (o.write_mode.as_is and o.stage_blocks and store is not None
                   and target_types is not None and pgbinary.kinds_for(
                       schema, [s.name for s in specs], target_types) is not None)
         if store is not None and blocks \
@@ -228,13 +197,13 @@ class Tables:
 
     def _create_target(self, conn: sa.Connection, schema: pa.Schema) -> None:
         o = self.options
-        keys = set(o.keys)
+        keys = set(o.write_mode.keys)
         cols = [
             sa.Column(f.name, arrow_to_sql_type(f.type, self.dialect.name, f.name in keys),
                       primary_key=f.name in keys, nullable=f.name not in keys)
             for f in schema
         ]
-        missing = [k for k in o.keys if k not in schema.names]
+        missing = [k for k in o.write_mode.keys if k not in schema.names]
         if missing:
             raise JdbcSinkError(
                 f"eo_jdbc sink {o.sink_id!r}: key columns {missing} are not DataFrame columns "
@@ -277,48 +246,6 @@ class Tables:
             check_compatible(o.qualified_table, f, spec)
             specs.append(spec)
         return specs
-
-    def _check_keys(self, insp: Any, target: sa.Table, specs: list[ColumnSpec]) -> None:
-        o = self.options
-        names = {s.name: s for s in specs}
-        for what, cols in (("keys", o.keys), ("accumulate", o.accumulate)):
-            missing = [c for c in cols if c not in names]
-            if missing:
-                raise OptionError(
-                    f"eo_jdbc: option '{what}' names {missing}, which are not DataFrame "
-                    f"columns {list(names)}; list columns the DataFrame has", option=what)
-        for a in o.accumulate:
-            if names[a].category not in ("int", "float", "decimal"):
-                raise OptionError(
-                    f"eo_jdbc: option 'accumulate' names column {a!r} of table "
-                    f"{o.qualified_table!r}, type {names[a].sql_type}: only numeric columns "
-                    "can be added to", option="accumulate")
-        wanted = {names[k].column for k in o.keys}
-        unique_sets = []
-        pk = insp.get_pk_constraint(target.name, schema=target.schema)
-        unique_sets.append(set(pk.get("constrained_columns") or []))
-        for uc in insp.get_unique_constraints(target.name, schema=target.schema):
-            unique_sets.append(set(uc.get("column_names") or []))
-        for ix in insp.get_indexes(target.name, schema=target.schema):
-            if ix.get("unique"):
-                unique_sets.append({c for c in ix.get("column_names") or [] if c})
-        if wanted not in unique_sets:
-            raise JdbcSinkError(
-                f"eo_jdbc sink {o.sink_id!r}: mode {o.mode!r} needs a primary key or unique "
-                f"index on exactly the keys {sorted(wanted)} of table {o.qualified_table!r} "
-                "(ON CONFLICT / ON DUPLICATE KEY matches on it); add one, or create the table "
-                "with createTable=true"
-            )
-
-    def _check_statement(self, schema: pa.Schema) -> None:
-        o = self.options
-        params = sorted(sa.text(o.statement or "").compile().params)
-        missing = [p for p in params if p not in schema.names]
-        if missing:
-            raise JdbcSinkError(
-                f"eo_jdbc sink {o.sink_id!r}: the statement's parameters {missing} are not "
-                f"DataFrame columns {schema.names}; name each :param after a column"
-            )
 
     def _ensure_stage(self, conn: sa.Connection, insp: Any, target: sa.Table | None,
                       specs: list[ColumnSpec], schema: pa.Schema) -> None:

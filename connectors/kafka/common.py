@@ -2,8 +2,10 @@
 both import, so that neither imports the other.
 
 - ``FAMILY`` (``eo_kafka``), the name in both connectors' messages and option errors.
-- The duration options both read, through :func:`seconds_option`: ``connectTimeout``
-  (``DEFAULT_CONNECT_TIMEOUT``) and ``metadataRetryTimeout`` (``DEFAULT_RETRY_TIMEOUT``).
+- The options both take, declared once (:mod:`connectors.core.declared`):
+  ``connectTimeout`` (:data:`CONNECT_TIMEOUT`) and ``metadataRetryTimeout``
+  (:data:`METADATA_RETRY_TIMEOUT`), and the names of all they share
+  (:data:`SHARED_OPTIONS`: the source can tell a sink's options by what is left).
 - Where librdkafka's own log lines go. librdkafka repeats every failed connection attempt
   (thousands of lines against an unreachable broker). Every client the connectors create
   passes ``logger=LIBRDKAFKA_LOG``, so those lines reach Python logging as DEBUG records of
@@ -35,8 +37,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
+from connectors.core.declared import DURATION, Opt
 from connectors.core.errors import ConnectorError
-from connectors.core.options import OptionReader
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +51,21 @@ DEFAULT_CONNECT_TIMEOUT = 30.0
 DEFAULT_RETRY_TIMEOUT = 60.0
 
 
-def seconds_option(r: OptionReader, name: str, default: float, minimum: float) -> float:
-    """A duration option in seconds: ``metadataRetryTimeout`` (how long metadata, ListOffsets
-    and group-offset requests are asked again on transient errors), ``connectTimeout`` (the
-    bound on the first request to a cluster)."""
-    value = r.duration(name, default, minimum=minimum)
-    return default if value is None else float(value)
+CONNECT_TIMEOUT = Opt(
+    "connectTimeout", "connect_timeout", DURATION, DEFAULT_CONNECT_TIMEOUT, minimum=0.1,
+    help="the bound on the driver's first request to the cluster, before any task runs. An "
+    "unreachable cluster, a TLS/SASL mismatch or failed authentication fails in that time with "
+    "one error that names the bootstrap servers and the likely causes; librdkafka's own "
+    "connection logs go to the Python logger `connectors.kafka.librdkafka` at DEBUG")
+METADATA_RETRY_TIMEOUT = Opt(
+    "metadataRetryTimeout", "metadata_retry_timeout", DURATION, DEFAULT_RETRY_TIMEOUT, minimum=0,
+    help="how long metadata, ListOffsets and commit-fact requests are retried on transient "
+    "errors (a new topic's leader not known yet, a leader election, a coordinator loading) "
+    "before the task fails")
+#: What the source and the sink both take (``kafka.*`` and ``storage.*`` as prefixes): any
+#: other option of the sink's declaration is the sink's alone.
+SHARED_OPTIONS = ("kafka.", "storage.", "walPath", CONNECT_TIMEOUT.spark,
+                  METADATA_RETRY_TIMEOUT.spark)
 
 
 # -- librdkafka's log lines --------------------------------------------------------------------

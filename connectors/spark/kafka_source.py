@@ -37,7 +37,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from connectors.core import failpoints
+from connectors.core.declared import spark_names
 from connectors.core.options import OptionReader
+from connectors.kafka.common import SHARED_OPTIONS
+from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 from connectors.kafka.source.offsets import TP, OffsetRange, clamp_offsets, total_records
 from connectors.kafka.source.planner import KafkaPlanner, KafkaSourceOptions
 from connectors.kafka.source.range_reader import read_ranges, spark_schema_ddl
@@ -45,8 +48,14 @@ from connectors.kafka.source.range_reader import read_ranges, spark_schema_ddl
 log = logging.getLogger(__name__)
 
 
-_SINK_ONLY = {"sink_id", "sinkid", "topic", "transactional", "deterministicorder", "unsafe",
-              "flushtimeout", "scantimeout"}
+#: Options of the eo_kafka sink that the source does not take (lower-cased, as Spark passes
+#: them): one of them means Spark is asking a write for its schema. The sink's declaration
+#: minus what both connectors take (kafka/common.py); a unit test holds both halves against
+#: the source's parser.
+_SHARED = tuple(s.lower() for s in SHARED_OPTIONS)
+_SINK_ONLY = frozenset(
+    n for n in spark_names(KAFKA_SINK_OPTIONS)
+    if not any(n == s or (s.endswith(".") and n.startswith(s)) for s in _SHARED))
 
 
 def source_schema(options: dict[str, str]) -> StructType | str:
@@ -90,7 +99,7 @@ def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.Re
         include_headers=opts.include_headers,
         cluster=(cluster.name if opts.multi_cluster else None),
         fail_on_data_loss=opts.fail_on_data_loss,
-        poll_timeout_s=opts.poll_timeout_s,
+        poll_timeout_s=opts.poll_timeout,
         batch_records=opts.arrow_batch_records,
     )
     if failpoints.wants_count(MID_READ) is None:
@@ -129,6 +138,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: KafkaSourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.planner = KafkaPlanner(opts)
+        self.planner.check_wal()  # a walPath on a store that cannot commit fails the start
         self._latest: dict[TP, int] | None = None
         self._target: dict[TP, int] | None = None
         self._last_trigger = time.monotonic()
@@ -186,7 +196,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if min_rows is not None and self._target is None:
             backlog = total_records(start_map, latest)
             waited = time.monotonic() - self._last_trigger
-            if backlog < min_rows and waited < self.opts.max_trigger_delay_s:
+            if backlog < min_rows and waited < self.opts.max_trigger_delay:
                 log.debug("eo_kafka: %d < minOffsetsPerTrigger=%d, waited %.1fs; no batch",
                           backlog, min_rows, waited)
                 return start
@@ -237,6 +247,8 @@ class KafkaBatchReader(DataSourceReader):
     def __init__(self, opts: KafkaSourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.planner = KafkaPlanner(opts)
+        if opts.window is None:
+            self.planner.check_wal()
 
     def _ranges(self) -> list[tuple[OffsetRange, ...]]:
         p = self.planner

@@ -208,15 +208,17 @@ def refuse_overwrite(overwrite: bool, family: str) -> None:
 def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
     """The ``foreachBatch`` path: stage per partition with mapInArrow, commit on the driver.
 
-    1. Map ``batch_id`` to the sink's numbering (``batch_offset``, after a reset) and
-       admit it: ownership of the sink's state first, then the batch order. The last
-       committed batch again is a replay: return. A lower one raises.
-    2. Validate the schema on the driver, before any task runs.
-    3. A sink with an ``inline_budget`` gets a copy whose tasks hand a partition of at most
-       ``budget / planned partitions`` rows to the driver instead of staging it.
-    4. ``mapInArrow`` runs ``stage`` once per partition (Spark retries failed tasks);
-       ``collect`` returns one pickled message per partition, the winning attempt's.
-    5. ``sink.commit`` makes the batch visible once; on failure, ``sink.abort`` cleans up.
+    - *admit*: map ``batch_id`` to the sink's numbering (``batch_offset``, after a reset)
+      and admit it: ownership of the sink's state first, then the batch order. The last
+      committed batch again is a replay: return. A lower one raises.
+    - *check*: validate the schema and the service on the driver, before any task runs.
+    - *budget*: a sink with an ``inline_budget`` gets a copy whose tasks hand a partition
+      of at most ``budget / planned partitions`` rows to the driver instead of staging it.
+    - *stage*: ``mapInArrow`` runs ``stage`` once per partition (Spark retries failed
+      tasks); ``collect`` returns one pickled message per partition, the winning
+      attempt's.
+    - *commit*: ``sink.commit`` makes the batch visible once; on failure, ``sink.abort``
+      cleans up.
 
     Only DataFrame API calls: nothing here touches ``sparkContext``, ``_jdf`` or ``rdd`` of
     a Spark Connect session.
@@ -224,13 +226,13 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
     if batch_id is None or int(batch_id) < 0:
         raise ConnectorError(f"{sink.family}: batch_id must be an integer >= 0, got {batch_id!r}")
     batch_id = int(batch_id) + sink.batch_offset()
-    # 1.
+    # admit
     if not sink.admit(batch_id):
         log.info("%s: batch %d already committed; replay is a no-op", sink.family, batch_id)
         return
-    # 2.
+    # check
     check_sink(sink, arrow_schema(df.schema), df.sparkSession)
-    # 3.
+    # budget
     run = sink
     if sink.inline_budget > 0:
         run = sink.with_inline_limit(max(1, sink.inline_budget // planned_partitions(df)))
@@ -241,7 +243,7 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
         message = pickle.dumps(StagedMessage(task.writer_id, task.attempt, payload))
         yield pa.RecordBatch.from_arrays([pa.array([message], pa.binary())], schema=_MESSAGE_SCHEMA)
 
-    # 4.
+    # stage
     try:
         rows = df.mapInArrow(stage, "message binary").collect()
     except Exception:
@@ -249,7 +251,7 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
         raise
     messages = [pickle.loads(r["message"]) for r in rows]  # noqa: S301 - our own tasks' output
     staged = sorted(messages, key=lambda m: m.writer_id)
-    # 5.
+    # commit
     try:
         _commit(run, batch_id, staged)
     except Exception:

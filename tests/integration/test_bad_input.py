@@ -67,6 +67,7 @@ class Env:
         self.pg_tables: list[str] = []
         self.topic: str | None = None
         self.missing_topic: str | None = None  # a topic the case must not create
+        self.s3_bucket: str | None = None  # a bucket the case must leave empty
         self.baseline: dict[str, Any] = {}
 
     # -- services -----------------------------------------------------------------------------
@@ -81,6 +82,22 @@ class Env:
     def new_topic(self) -> str:
         self.topic = self.request.getfixturevalue("new_topic")()
         return self.topic
+
+    @property
+    def s3(self) -> Any:
+        return self.request.getfixturevalue("s3_service")
+
+    def s3_url(self, path: str = "out", bucket: str | None = None) -> str:
+        """A URL in a fresh bucket of the session's S3 server (checked after the case)."""
+        if bucket is None:
+            bucket = self.request.getfixturevalue("s3_bucket")
+            self.s3_bucket = bucket
+        return f"s3://{bucket}/{path}"
+
+    def s3_options(self, **kw: str) -> dict[str, str]:
+        o = self.s3.options()
+        o.update({f"storage.{k}": v for k, v in kw.items()})
+        return {k: v for k, v in o.items() if v != "DROP"}
 
     def pg(self, password: str = SECRET, user: str = "eo") -> str:
         dsn = self.request.getfixturevalue("postgres_dsn")
@@ -171,6 +188,10 @@ def snapshot(env: Env) -> dict[str, Any]:
         state["files"] = (sorted(visible), [c for c in commits if c.endswith(".commit")])
         staging = os.path.join(env.out, "_eo_staging")
         state["staged"] = sorted(os.listdir(staging)) if os.path.isdir(staging) else []
+    if env.s3_bucket is not None:
+        objects = env.s3.admin().list_objects_v2(Bucket=env.s3_bucket).get("Contents", [])
+        if objects:
+            state["s3"] = sorted(o["Key"] for o in objects)
     if env.missing_topic is not None:
         from confluent_kafka.admin import AdminClient
 
@@ -253,6 +274,47 @@ def ksink_unknown_topic(e: Env) -> None:
 
 def jdbc(e: Env, **kw: Any) -> Any:
     return JdbcSink.from_options(e.jdbc(**kw))
+
+
+def files_s3(e: Env, url: str | None = None, **storage: str) -> None:
+    """An ``eo_files`` sink on S3, as a user would set it up: options, then the driver's
+    checks before any task (the capability probe among them)."""
+    options = {"path": url or e.s3_url(), "sink_id": e.sink_id, **e.s3_options(**storage)}
+    FileSink.from_options(options).check_schema(IDS)
+
+
+def ksink_s3(e: Env, **storage: str) -> None:
+    options = e.ksink(walPath=e.s3_url("wal"), **e.s3_options(**storage))
+    KafkaSink.from_options(options).check_schema(VALUE)
+
+
+def kwin_s3(e: Env, **storage: str) -> None:
+    options = e.ksrc(**e.s3_options(**storage))
+    KafkaWindows(None, e.s3_url("wal"), **options)
+
+
+def files_no_conditional_writes(e: Env) -> None:
+    server = e.request.getfixturevalue("no_conditional_s3")
+    options = {f"storage.{k}": v for k, v in server.python_options().items()}
+    before = list(_keys(server))
+    try:
+        FileSink.from_options({"path": f"s3://{server.bucket}/out-{e.sink_id}",
+                               **options}).check_schema(IDS)
+    finally:
+        assert list(_keys(server)) == before, "the probe left objects behind"
+
+
+def _keys(server: Any) -> list[str]:
+    from connectors.core.storage import storage_for, storage_options_from
+
+    storage, root = storage_for(f"s3://{server.bucket}/",
+                                options=storage_options_from(server.python_options(), "t"))
+    return sorted(storage.walk_files(root))
+
+
+def files_write_into_a_file(e: Env) -> None:
+    """What issue 21 saw a user do: write a DataFrame to a FileSink whose path is a file."""
+    FileSink(e.file).write(e.spark.range(3), 0)
 
 
 def files(e: Env, schema: pa.Schema = IDS, **kw: Any) -> Any:
@@ -354,8 +416,8 @@ CASES = [
       "kafka.bootstrap.servers"),
     C("src-timestamp-strategy", lambda e: ksrc(e, startingOffsetsByTimestampStrategy="guess"),
       OptionError, "startingOffsetsByTimestampStrategy", "latest"),
-    C("src-object-store-wal", lambda e: ksrc(e, walPath="s3a://bucket/wal"),
-      (OptionError, StorageError), "s3a"),  # type: ignore[arg-type]
+    C("src-s3-wal-credentials-in-url", lambda e: ksrc(e, walPath=f"s3a://AK:{SECRET}@b/wal"),
+      OptionError, "walPath", "never in the URL", "storage.*"),
     C("src-spark-load-typo", lambda e: spark_kafka_load(e, maxOffsetPerTrigger=10), SparkFailed,
       "maxOffsetPerTrigger", "did you mean 'maxOffsetsPerTrigger'", within=60),
     C("src-spark-load-no-subscribe", lambda e: spark_kafka_load(e, subscribe="DROP"),
@@ -467,8 +529,8 @@ CASES = [
     C("files-kwarg-typo", lambda e: FileSink(e.out, partitionBy="day"), UnknownArgumentError,
       "partitionBy", "did you mean 'partition_by'"),
     C("files-no-path", lambda e: files(e, path="DROP"), OptionError, "path", "hdfs://"),
-    C("files-path-is-file", lambda e: files(e, path=e.file), OptionError, "path", "is a file",
-      "directory"),
+    C("files-path-is-file", lambda e: files(e, path=e.file), OptionError, "path",
+      "existing file", "directory"),
     C("files-bad-format", lambda e: files(e, format="xml"), OptionError, "format", "parquet"),
     C("files-typo-partitionBy", lambda e: files(e, partitonBy="id"), OptionError, "partitonBy",
       "did you mean 'partitionBy'"),
@@ -477,8 +539,40 @@ CASES = [
     C("files-negative-maxRecords", lambda e: files(e, maxRecordsPerFile=-1), OptionError,
       "maxRecordsPerFile", ">= 0"),
     C("files-sink-id-dotdot", lambda e: files(e, sink_id=".."), OptionError, "sink_id", "'..'"),
-    C("files-object-store", lambda e: files(e, path="s3a://bucket/out"), OptionError, "path",
-      "s3a"),
+    C("files-path-is-file-write", files_write_into_a_file, OptionError, "option 'path'",
+      "existing file", "give a directory"),
+    C("files-object-store-no-conditional", lambda e: files(e, path="oss://bucket/out"),
+      OptionError, "path", "Alibaba OSS", "s3://"),
+    C("files-s3-no-bucket", lambda e: files_s3(e, e.s3_url(bucket=f"nope-{uuid.uuid4().hex[:8]}")),
+      StorageError, "S3 bucket 'nope-", "does not exist", within=30),
+    C("files-s3-wrong-credentials", lambda e: files_s3(e, secretAccessKey=SECRET), StorageError,
+      "S3 bucket", "credentials were not accepted", "SignatureDoesNotMatch", within=30),
+    C("files-s3-unreachable", lambda e: files_s3(e, endpoint="http://127.0.0.1:9"),
+      StorageError, "S3 bucket", "unreachable", "127.0.0.1:9", "storage.endpoint", within=30),
+    C("files-s3-no-conditional-writes", files_no_conditional_writes, StorageError,
+      "no-conditional-writes", "does not enforce create-if-absent", "If-None-Match",
+      within=30),
+    C("files-s3-typo", lambda e: files_s3(e, endpiont="http://x"), OptionError,
+      "storage.endpiont", "did you mean 'storage.endpoint'"),
+    C("files-s3-half-credentials", lambda e: files_s3(e, accessKeyId="DROP",
+                                                      secretAccessKey=SECRET),
+      OptionError, "storage.* options", "AccessKeyId"),
+    C("files-s3-sparkMetadata-off", lambda e: FileSink.from_options(
+        {"path": e.s3_url(), "sparkMetadata": "false", **e.s3_options()}),
+      OptionError, "sparkMetadata", "object-store"),
+    C("files-spark-s3-wrong-credentials", lambda e: spark_write(
+        e, "eo_files", {"path": e.s3_url(), "sink_id": e.sink_id,
+                        **e.s3_options(secretAccessKey=SECRET)}),
+      SparkFailed, "credentials were not accepted", within=60),
+    C("ksink-s3-wrong-credentials", lambda e: ksink_s3(e, secretAccessKey=SECRET), StorageError,
+      "S3 bucket", "credentials were not accepted", within=30),
+    C("ksink-s3-no-bucket", lambda e: KafkaSink.from_options(e.ksink(
+        walPath=e.s3_url("wal", bucket=f"nope-{uuid.uuid4().hex[:8]}"),
+        **e.s3_options())).check_schema(VALUE), StorageError, "does not exist", within=30),
+    C("kwin-s3-unreachable", lambda e: kwin_s3(e, endpoint="http://127.0.0.1:9"),
+      StorageError, "unreachable", "127.0.0.1:9", within=30),
+    C("ksrc-s3-typo", lambda e: ksrc(e, walPath="s3://b/wal", **{"storage.regoin": "x"}),
+      OptionError, "storage.regoin", "did you mean 'storage.region'"),
     C("files-bad-compression", lambda e: files(e, compression="zip"), OptionError,
       "compression"),
     C("files-foreign-path-batch0", lambda e: files_foreign(e, 0), SinkOwnershipError, "owner-a",

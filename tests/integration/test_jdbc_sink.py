@@ -318,7 +318,7 @@ def test_option_errors_through_spark(spark: Any, postgres_url: str, pg_table: An
     assert "'mode'" in msg and "accumulate" in msg
     assert "'url' is not a database URL" in save(url="::nope::", table=t, sink_id="s")
     msg = save(url="postgresql+psycopg://postgres:sekrit@127.0.0.1:1/test", table=t,
-               sink_id="s", retryDeadline="0.3s")
+               sink_id="s", retryTimeout="0.3s")
     assert "127.0.0.1:1" in msg and "sekrit" not in msg and "***" in msg
     assert not sa.inspect(sa.create_engine(postgres_url)).has_table(t)
 
@@ -328,7 +328,7 @@ def test_python_api_errors_are_typed() -> None:
         JdbcSink("sqlite:////tmp/x.db", "t")
     with pytest.raises(OptionError, match="mode"):
         JdbcSink("sqlite:////tmp/x.db", "t", "s", mode="overwrite")
-    sink = JdbcSink("postgresql+psycopg://u:pw@127.0.0.1:1/db", "t", "s", retry_deadline=0.2)
+    sink = JdbcSink("postgresql+psycopg://u:pw@127.0.0.1:1/db", "t", "s", retry_timeout=0.2)
     with pytest.raises(ConnectorError) as e:
         sink.last_committed()
     assert "127.0.0.1:1" in str(e.value) and ":pw@" not in str(e.value)

@@ -30,21 +30,30 @@ PER_BATCH = 4000  # 5 micro-batches
 
 
 @pytest.mark.parametrize(
-    "mode",
+    "mode, store",
     [
-        pytest.param(["--shuffle"], id="shuffle"),
-        pytest.param(["--shuffle", "--transactional"], id="shuffle-transactional"),
-        pytest.param([], id="no-shuffle-deterministicOrder"),
+        pytest.param(["--shuffle"], "local", id="shuffle"),
+        pytest.param(["--shuffle", "--transactional"], "local", id="shuffle-transactional"),
+        pytest.param([], "local", id="no-shuffle-deterministicOrder"),
+        # the WAL (owner record, started markers, commit records) on the real S3 server,
+        # its credentials and endpoint from the standard AWS environment
+        pytest.param(["--shuffle"], "s3", id="shuffle-wal-on-s3"),
+        pytest.param(["--shuffle", "--transactional"], "s3",
+                     id="shuffle-transactional-wal-on-s3"),
     ],
 )
 def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
-    mode, kafka_bootstrap, new_topic, tmp_path, request
+    mode, store, kafka_bootstrap, new_topic, tmp_path, request
 ):
     src, dst = new_topic(partitions=4), new_topic(partitions=4)
     records = [record(i) for i in range(TOTAL)]
     produce_records(kafka_bootstrap, src, [(k, v, i % 4) for i, (k, v) in enumerate(records)])
     sink_id = f"copy-{uuid.uuid4().hex[:8]}"
-    wal = str(tmp_path / "wal")
+    wal, env, storage_options = str(tmp_path / "wal"), None, None
+    if store == "s3":
+        s3 = request.getfixturevalue("s3_service")
+        wal = f"s3://{request.getfixturevalue('s3_bucket')}/wal"
+        env, storage_options = s3.env(), s3.python_options()
     argv = [PIPELINE, "--bootstrap", kafka_bootstrap, "--source-topic", src,
             "--sink-topic", dst, "--checkpoint", str(tmp_path / "chk"), "--wal", wal,
             "--sink-id", sink_id, "--per-batch", str(PER_BATCH), *mode]
@@ -67,15 +76,16 @@ def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
             "kafka_sink.after_commit@3",  # the restart replays batch 3: its tasks write nothing
         ]
     for failpoint in kills:
-        result = run_pipeline(argv, failpoint=failpoint, timeout=300)
+        result = run_pipeline(argv, failpoint=failpoint, timeout=300, env=env)
         assert result.killed, f"{failpoint} never fired:\n{result.output[-3000:]}"
-    final = run_pipeline(argv, timeout=300)
+    final = run_pipeline(argv, timeout=300, env=env)
     assert final.returncode == 0 and "PIPELINE DONE" in final.output, final.output[-5000:]
 
     out = read_topic(kafka_bootstrap, dst)  # read_committed, to partition EOF
     assert_exact([m.value() for m in out], [b"B:" + v for _, v in records], "topic B values")
     keys = [recovery.find_key(m.headers() or []) for m in out]
-    sink = KafkaSink(sink_id, wal, bootstrap_servers=kafka_bootstrap, topic=dst)
+    sink = KafkaSink(sink_id, wal, bootstrap_servers=kafka_bootstrap, topic=dst,
+                     storage_options=storage_options)
     assert sink.last_committed() == TOTAL // PER_BATCH - 1
     if transactional:
         # No per-record header in this mode: the proof is one commit fact per task.

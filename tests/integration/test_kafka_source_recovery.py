@@ -11,6 +11,8 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
+
 from connectors.demo.services.kafka import produce_records
 from tests.conftest import wait_for
 from tests.helpers import assert_exact, run_pipeline
@@ -87,15 +89,23 @@ def test_stop_and_restart_while_records_arrive(spark: Any, kafka_bootstrap: str,
     assert_exact(_output(spark, out), _expected(N, PARTS), "(partition, offset, value)")
 
 
+@pytest.mark.parametrize("store", ["local", "s3"])
 def test_crash_at_every_source_step(spark: Any, kafka_bootstrap: str, new_topic: Any,
-                                    tmp_path: Any) -> None:
+                                    tmp_path: Any, store: str, request: Any) -> None:
     """One pipeline, killed (SIGKILL of the whole app) at each source failpoint in turn,
-    then run to completion from the same checkpoint and WAL."""
+    then run to completion from the same checkpoint and WAL; the WAL on a local disk, then
+    on the real S3 server (credentials from the standard AWS environment)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AdminClient
 
+    from connectors.core.storage import storage_options_from
     from connectors.core.wal import WriteAheadLog
 
+    wal_url, env, options = str(tmp_path / "wal"), None, None
+    if store == "s3":
+        s3 = request.getfixturevalue("s3_service")
+        wal_url = f"s3://{request.getfixturevalue('s3_bucket')}/wal"
+        env, options = s3.env(), storage_options_from(s3.python_options(), "eo_kafka")
     topic = new_topic(partitions=PARTS)
     n = 3_000
     produce_records(kafka_bootstrap, topic, [(None, _value(i), i % PARTS) for i in range(n)])
@@ -103,19 +113,19 @@ def test_crash_at_every_source_step(spark: Any, kafka_bootstrap: str, new_topic:
     argv = [
         "tests/integration/pipelines/kafka_source_pipeline.py",
         "--bootstrap", kafka_bootstrap, "--topic", topic, "--out", str(tmp_path / "out"),
-        "--checkpoint", str(tmp_path / "chk"), "--wal", str(tmp_path / "wal"),
+        "--checkpoint", str(tmp_path / "chk"), "--wal", wal_url,
         "--group", group, "--per-batch", "1000",
     ]
     # after_wal_commit@0 fires when batch 1 is planned (Spark commits a batch's source
     # offsets then); after_group_commit is the same instant one step later.
     for point in ("kafka_source.after_wal_commit@0", "kafka_source.mid_read@1#100"):
-        result = run_pipeline(argv, failpoint=point, timeout=240)
+        result = run_pipeline(argv, failpoint=point, timeout=240, env=env)
         assert result.killed, f"{point} never fired:\n{result.output[-3000:]}"
-    result = run_pipeline(argv, timeout=240)
+    result = run_pipeline(argv, timeout=240, env=env)
     assert result.returncode == 0, result.output[-3000:]
     assert_exact(_output(spark, str(tmp_path / "out")), _expected(n, PARTS))
 
-    wal = WriteAheadLog.open(str(tmp_path / "wal"), "source")
+    wal = WriteAheadLog.open(wal_url, "source", options=options)
     assert wal.seqs()[-1] >= 2  # at least 3 windows of <= 1000 offsets
     last = wal.last_committed()
     assert last is not None

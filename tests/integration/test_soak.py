@@ -164,7 +164,7 @@ def test_database_outage_fails_clearly_then_recovers_exactly(request, kafka_boot
         pytest.fail(f"cannot start a private PostgreSQL for the outage test: {e}")
     try:
         cfg = _cfg(tmp_path, kafka_bootstrap, pg.url)
-        cfg["jdbc_retry_deadline"] = 10.0
+        cfg["jdbc_retry_timeout"] = 10.0
         truth = _produce(cfg, _scale(request, 10000))
         log = str(tmp_path / "pipeline.log")
         proc = _start_pipeline(cfg, log)

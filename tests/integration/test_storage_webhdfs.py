@@ -189,21 +189,22 @@ def _raw_names(storage: Storage, directory: str) -> list[str]:
 
 def test_wal_crash_between_temp_write_and_rename_on_hdfs(hdfs):
     """SIGKILL a WAL writer after its record's temp file is complete on HDFS (CREATE done,
-    DataNode closed the file) and before the RENAME that would publish it."""
+    DataNode closed the file) and before the RENAME that would publish it (the NameNode's
+    RENAME is the create-if-absent of a record on HDFS)."""
     storage, root = hdfs
     url = storage.url(root)
     script = textwrap.dedent(
         f"""
         import os, signal
-        from connectors.core.storage import WebHdfsStorage
+        import hdfs.client
         from connectors.core.wal import WriteAheadLog
 
         wal = WriteAheadLog.open({url!r}, "source")
         wal.append(0, {{"w": 0}})
         wal.commit(0)
-        def crash(self, src, dst, *, replace=False):
+        def crash(self, src, dst):
             os.kill(os.getpid(), signal.SIGKILL)
-        WebHdfsStorage.rename = crash  # die between the durable temp file and RENAME
+        hdfs.client.Client.rename = crash  # die between the durable temp file and RENAME
         wal.append(1, {{"w": 1, "big": "x" * 300000}})
         """
     )
@@ -256,3 +257,25 @@ def test_wal_survives_random_kills_on_hdfs(hdfs):
     result = run_pipeline([WAL_APPENDER, "--wal", url, "--count", str(count)], timeout=120)
     assert result.returncode == 0 and "WAL DONE" in result.output, result.output[-2000:]
     assert check() == count
+
+
+def test_create_if_absent_has_one_winner_among_racing_writers(any_storage):
+    """The commit point of every protocol on a rename store: a complete temp file, then a
+    hard link (local) or a RENAME the NameNode refuses onto an existing file (HDFS)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    storage, root = any_storage
+    path = storage.join(root, "log", "00000000000000000003.commit")
+
+    def create(i: int) -> bytes | None:
+        try:
+            storage.create(path, f"writer {i}".encode() * 1000)
+            return f"writer {i}".encode() * 1000
+        except FileExistsError:
+            return None
+
+    with ThreadPoolExecutor(6) as pool:
+        winners = [w for w in pool.map(create, range(6)) if w is not None]
+    assert len(winners) == 1 and storage.read(path) == winners[0]
+    assert storage.list(storage.join(root, "log")) == ["00000000000000000003.commit"]
+    storage.check_create_if_absent(root)

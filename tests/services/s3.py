@@ -91,6 +91,25 @@ class S3Service:
             config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30),
         )
 
+    def spark_conf(self) -> dict[str, str]:
+        """Spark settings for its own ``s3a://`` file source and sink against this server:
+        hadoop-aws (the ``hadoop-aws`` profile of connectors/demo/services/pom.xml, resolved
+        from Maven Central once) and path-style requests signed with the app identity."""
+        from connectors.demo.services import maven
+
+        jars = sorted(str(j) for j in maven.resolve("hadoop-aws").glob("*.jar"))
+        return {
+            "spark.jars": ",".join(jars),
+            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": self.region,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.access.key": self.access_key,
+            "spark.hadoop.fs.s3a.secret.key": self.secret_key,
+            "spark.hadoop.fs.s3a.aws.credentials.provider":
+                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        }
+
     def new_bucket(self, prefix: str = "eo") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
         self.admin().create_bucket(Bucket=name)

@@ -72,13 +72,28 @@ def test_options_parse_spark_spelling(tmp_path):
     assert sink.sink_id == "s1" and sink.spark_metadata is False
 
 
+def test_python_arguments_and_spark_options_give_the_same_spec(tmp_path):
+    a = FileSink(str(tmp_path), format="csv", compression="gzip", partition_by=["grp"],
+                 max_records_per_file=10, sink_id="s1", csv_header=False)
+    b = FileSink.from_options({"path": str(tmp_path), "format": "csv", "compression": "gzip",
+                               "partitionby": "grp", "maxrecordsperfile": "10",
+                               "sinkid": "s1", "header": "false"})
+    assert a.options == b.options
+    with pytest.raises(OptionError, match="option 'max_records_per_file' is out of range "
+                       r"\(-1\); it must be >= 0"):
+        FileSink(str(tmp_path), max_records_per_file=-1)
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
         ({"format": "orc"}, r"option 'format' has unsupported value 'orc'.*parquet"),
         ({"format": "csv", "compression": "snappy"}, r"'compression'.*csv.*gzip"),
-        ({"path": "s3a://bucket/out"}, r"object store without an atomic rename"),
-        ({"path": "gs://bucket/out"}, r"Google Cloud Storage"),
+        ({"path": "s3a://bucket/out", "sparkMetadata": "false"}, r"'sparkMetadata' cannot"),
+        ({"path": "s3://b/out", "storage.endpiont": "x"}, r"did you mean 'storage.endpoint'"),
+        ({"path": "gs://b/out", "storage.accessKeyId": "x"}, r"applies to Amazon S3 only"),
+        ({"storage.region": "eu"}, r"'storage.region' applies to object store paths only"),
+        ({"path": "oss://bucket/out"}, r"Alibaba OSS"),
         ({"path": "ftp://host/out"}, r"unsupported URL scheme 'ftp'"),
         ({"path": ""}, r"option 'path' is required"),
         ({"partitionBy": "nope"}, r"'partitionBy' names column 'nope'"),
@@ -93,12 +108,14 @@ def test_bad_options_fail_before_any_write(tmp_path, options, match):
     assert not out.exists()
 
 
-def test_path_that_is_a_file_fails_at_check(tmp_path):
+def test_path_that_is_a_file_fails_where_it_is_set(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")
-    sink = FileSink(str(f))
-    with pytest.raises(OptionError, match="is a file"):
-        sink.check_schema(SCHEMA)
+    for make in (lambda: FileSink(str(f)), lambda: FileSink.from_options({"path": str(f)})):
+        with pytest.raises(OptionError, match="option 'path' .* is an existing file; give a "
+                                              "directory") as e:
+            make()
+        assert e.value.option == "path"
     sink = FileSink(str(f / "below"))
     with pytest.raises(OptionError, match="is a file, not a directory"):
         sink.check_schema(SCHEMA)

@@ -11,6 +11,8 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.jdbc import dialects as d
+from connectors.jdbc.columns import Layout
+from connectors.jdbc.modes import Accumulate, Append, CustomSql, Upsert
 from connectors.jdbc.options import JdbcSinkOptions, parse_table_name, staging_name
 from connectors.jdbc.sink import JdbcSink
 
@@ -24,9 +26,9 @@ def opts(**extra: str) -> JdbcSinkOptions:
 def test_defaults_and_spark_lowercased_keys() -> None:
     o = JdbcSinkOptions.from_options({"url": "sqlite:////tmp/x.db", "table": "t",
                                       "sink_id": "s1", "createtable": "true",
-                                      "batchsize": "500", "retrydeadline": "2s",
+                                      "batchsize": "500", "retrytimeout": "2s",
                                       "smallbatchrows": "0", "isolationlevel": "serializable"})
-    assert (o.mode, o.create_table, o.batch_size, o.retry_deadline) == ("append", True, 500, 2.0)
+    assert (o.mode, o.create_table, o.batch_size, o.retry_timeout) == ("append", True, 500, 2.0)
     assert o.small_batch_rows == 0 and o.isolation_level == "SERIALIZABLE"
     assert o.metadata_table == "eo_sink_commits" and o.staging_table == "eo_stage_s1"
 
@@ -76,16 +78,58 @@ def test_url_normalization_picks_our_drivers() -> None:
 
 def test_python_constructor_matches_spark_options() -> None:
     a = JdbcSink("sqlite:////tmp/x.db", "s.t", "sink", mode="accumulate", keys=["w"],
-                 accumulate="n", create_table=True, retry_deadline=5)
-    b = JdbcSink.from_options({"url": "sqlite:////tmp/x.db", "table": "s.t", "sink_id": "sink",
+                 accumulate="n", create_table=True, retry_timeout=5)
+    b = JdbcSink.from_options({"url": "sqlite:////tmp/x.db", "table": "s.t", "sinkId": "sink",
                                "mode": "accumulate", "keys": "w", "accumulate": "n",
-                               "createTable": "true", "retryDeadline": "5s"}, pa.schema([]))
+                               "createTable": "true", "retryTimeout": "5s"}, pa.schema([]))
     assert a.options == b.options
     assert (a.options.table_schema, a.options.table) == ("s", "t")
     assert a.options.staging_schema == "s"
     # Picklable spec: no connection, no engine.
     again = pickle.loads(pickle.dumps(a))
     assert again.options == a.options
+
+
+def test_retry_deadline_is_a_deprecated_name_of_retry_timeout() -> None:
+    with pytest.warns(DeprecationWarning, match="'retryDeadline' is deprecated.*'retryTimeout'"):
+        spark = JdbcSinkOptions.from_options({**BASE, "retryDeadline": "7s"})
+    with pytest.warns(DeprecationWarning, match="'retry_deadline' is deprecated.*'retry_timeout'"):
+        python = JdbcSink(BASE["url"], "t", "s1", retry_deadline=7).options
+    assert spark.retry_timeout == python.retry_timeout == 7.0
+    with pytest.warns(DeprecationWarning, match="retry_timeout"):
+        assert python.retry_deadline == 7.0
+    with pytest.raises(OptionError, match="cannot be used together"):
+        JdbcSinkOptions.from_options({**BASE, "retryDeadline": "7s", "retryTimeout": "7s"})
+    with pytest.raises(OptionError, match="'retry_deadline' cannot be used together"):
+        JdbcSink(BASE["url"], "t", "s1", retry_deadline=7, retry_timeout=8)
+
+
+def test_python_errors_name_the_python_argument() -> None:
+    with pytest.raises(OptionError, match=r"option 'batch_size' is out of range \(0\); it must "
+                       r"be >= 1") as e:
+        JdbcSink(BASE["url"], "t", "s1", batch_size=0)
+    assert e.value.option == "batch_size"
+    with pytest.raises(OptionError, match="option 'batch_size' must be an integer, got 1.5"):
+        JdbcSink(BASE["url"], "t", "s1", batch_size=1.5)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="'create_table' needs option 'table'"):
+        JdbcSink(BASE["url"], None, "s1", mode="sql", statement="select 1", create_table=True)
+    with pytest.raises(OptionError, match="'isolation_level' has invalid value 'NONE'"):
+        JdbcSink(BASE["url"], "t", "s1", isolation_level="NONE")
+    # a string is read as the Spark option would be
+    assert JdbcSink(BASE["url"], "t", "s1", retry_timeout="500ms").options.retry_timeout == 0.5
+
+
+def test_the_mode_is_chosen_once_as_a_type() -> None:
+    assert opts().write_mode == Append() and opts(keys="k").write_mode == Append(("k",))
+    assert opts(mode="UPSERT", keys="a,b").write_mode == Upsert(("a", "b"))
+    acc = opts(mode="accumulate", keys="w", accumulate="n,m")
+    assert acc.write_mode == Accumulate(("w",), ("n", "m"))
+    assert (acc.mode, acc.keys, acc.accumulate, acc.statement) == ("accumulate", ("w",),
+                                                                   ("n", "m"), None)
+    sql = JdbcSinkOptions.from_options({"url": BASE["url"], "sink_id": "s", "mode": "sql",
+                                        "statement": "insert into t values (:w)"})
+    assert sql.write_mode == CustomSql("insert into t values (:w)") and sql.table is None
+    assert pickle.loads(pickle.dumps(acc)) == acc
 
 
 def test_table_names_and_staging_names() -> None:
@@ -122,6 +166,10 @@ def test_value_checks_name_table_column_and_type() -> None:
     d.check_values("t", pa.record_batch({"s": ["abc", None]}), [short])
 
 
+def _layout(*columns: tuple[str, pa.DataType, sa.types.TypeEngine]) -> Layout:
+    return Layout(tuple(d.column_spec(n, n, a, t, sqlite.dialect()) for n, a, t in columns))
+
+
 def _compile(stmt: object, dialect: sa.Dialect) -> str:
     return str(stmt.compile(dialect=dialect))  # type: ignore[attr-defined]
 
@@ -155,7 +203,9 @@ def test_accumulate_sql_per_dialect(dialect_cls: type, sa_dialect: sa.Dialect, c
                                                    ("seen", sa.DateTime())])
     cap = _Capture()
     where = stage.c.eo_batch == 3
-    dia.apply(cap, "accumulate", target, stage, ["word", "n", "seen"], ["word"], ["n"], where)
+    layout = _layout(("word", pa.string(), sa.Text()), ("n", pa.int64(), sa.BigInteger()),
+                     ("seen", pa.timestamp("us"), sa.DateTime()))
+    Accumulate(("word",), ("n",)).apply(cap, dia, target, stage, layout, where, 100)
     text = _compile(cap.statements[0], sa_dialect)
     assert conflict in text and added in text
     assert "GROUP BY" in text and "sum(" in text and "max(" in text
@@ -169,7 +219,8 @@ def test_upsert_without_other_columns_does_nothing_on_conflict() -> None:
     target = sa.Table("t", sa.MetaData(), sa.Column("k", sa.Integer, primary_key=True))
     stage = dia.stage_table("st", None, [("k", sa.Integer())])
     cap = _Capture()
-    dia.apply(cap, "upsert", target, stage, ["k"], ["k"], [], stage.c.eo_batch == 1)
+    layout = _layout(("k", pa.int32(), sa.Integer()))
+    Upsert(("k",)).apply(cap, dia, target, stage, layout, stage.c.eo_batch == 1, 100)
     assert "ON CONFLICT (k) DO NOTHING" in _compile(cap.statements[0], postgresql.dialect())
 
 

@@ -170,7 +170,7 @@ def test_append_checks_the_applied_row_count(db: str) -> None:
 
 
 def test_transient_errors_are_retried_within_the_deadline(db: str) -> None:
-    sink = make(db, retry_deadline=5)
+    sink = make(db, retry_timeout=5)
     calls: list[int] = []
 
     def flaky() -> str:
@@ -193,6 +193,6 @@ def test_transient_errors_are_retried_within_the_deadline(db: str) -> None:
     def always_locked() -> None:
         raise sqlite3.OperationalError("database is locked")
 
-    short = make(db, retry_deadline=0.3)
-    with pytest.raises(JdbcSinkError, match="gave up after .* retryDeadline=0.3s"):
+    short = make(db, retry_timeout=0.3)
+    with pytest.raises(JdbcSinkError, match="gave up after .* retryTimeout=0.3s"):
         short._retrying("locked step", always_locked)

@@ -246,3 +246,26 @@ def test_recovery_key_headers_option_through_spark_options():
         _spark({**BASE, "transactional": "true", "recoveryKeyHeaders": "true"}), None)
     assert sink.transactional and sink.options.recovery_key_headers
     assert not KafkaSink.from_options(_spark(BASE), None).options.recovery_key_headers
+
+
+def test_python_arguments_and_spark_options_give_the_same_spec(tmp_path):
+    wal = str(tmp_path / "wal")
+    a = KafkaSink("s1", wal, bootstrap_servers="h:9092", topic="b", transactional=True,
+                  flush_timeout=0.5, connect_timeout="2s", kafka_options={"linger.ms": 20})
+    b = KafkaSink.from_options(_spark({"sinkId": "s1", "walPath": wal, "topic": "b",
+                                       "kafka.bootstrap.servers": "h:9092",
+                                       "transactional": "true", "flushTimeout": "500ms",
+                                       "connectTimeout": "2", "kafka.linger.ms": "20"}), None)
+    assert a.options == b.options and a.producer_conf == b.producer_conf
+    assert (a.flush_timeout, a.connect_timeout) == (0.5, 2.0)
+
+
+def test_python_errors_name_the_python_argument():
+    with pytest.raises(OptionError, match="option 'bootstrap_servers' is required") as e:
+        KafkaSink("s", "/tmp/w")
+    assert e.value.option == "bootstrap_servers"
+    with pytest.raises(OptionError, match="option 'wal_path' is required"):
+        KafkaSink("s", " ", bootstrap_servers="h:1")
+    # bootstrap.servers may also come with the librdkafka settings
+    assert KafkaSink("s", "/tmp/w", kafka_options={"bootstrap.servers": "h:1"}).producer_conf[
+        "bootstrap.servers"] == "h:1"

@@ -116,7 +116,7 @@ def test_ending_offsets_batch_only() -> None:
 def test_limits() -> None:
     o = parse(maxOffsetsPerTrigger="1000", minOffsetsPerTrigger="10", maxTriggerDelay="30s",
               maxBytesPerTrigger="1048576", minPartitions="8", maxRecordsPerPartition="500")
-    assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger, o.max_trigger_delay_s) == (
+    assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger, o.max_trigger_delay) == (
         1000, 10, 30.0)
     assert (o.max_bytes_per_trigger, o.min_partitions, o.max_records_per_partition) == (
         1048576, 8, 500)
@@ -159,9 +159,17 @@ def test_group_id() -> None:
     assert "cannot be used together" in str(error(groupIdPrefix="x", **{"kafka.group.id": "g"}))
 
 
-def test_wal_path_refuses_object_stores() -> None:
-    with pytest.raises(Exception, match="(?i)s3|object|rename"):
-        parse(walPath="s3://bucket/wal")
+def test_wal_path_takes_object_stores_and_their_options() -> None:
+    opts = parse(walPath="s3://bucket/wal", **{"storage.endpoint": "http://127.0.0.1:1",
+                                                "storage.accessKeyId": "AK",
+                                                "storage.secretAccessKey": "S3CR3T"})
+    assert opts.wal_path == "s3://bucket/wal" and "S3CR3T" not in repr(opts)
+    assert "did you mean 'storage.region'" in str(error(walPath="s3://b/w",
+                                                        **{"storage.regoin": "x"}))
+    assert "object store paths only" in str(error(walPath="/tmp/w", **{"storage.region": "x"}))
+    half = str(error(walPath="s3://b/w", **{"storage.secretAccessKey": "S3CR3T"}))
+    assert "storage.* options do not configure" in half and "S3CR3T" not in half
+    assert "set but walPath is not" in str(error(**{"storage.region": "x"}))
 
 
 def test_clusters() -> None:
@@ -217,3 +225,20 @@ def test_unknown_options_are_refused(caplog: pytest.LogCaptureFixture) -> None:
     parse(startingOffset="earliest", ignoreUnknownOptions="true")
     assert "startingoffset" in caplog.text.lower()
     parse(metadataRetryTimeout="5s", checkpointLocation="/c", queryName="q")
+
+
+def test_sink_only_options_are_the_sink_s_options_the_source_refuses(tmp_path) -> None:
+    """The source tells a write (Spark asking a sink for its schema) by the sink's options
+    it does not take; both halves of that split are held against the source's parser."""
+    from connectors.core.declared import spark_names
+    from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
+    from connectors.spark.kafka_source import _SINK_ONLY
+
+    assert {"recoverykeyheaders", "failonunknowntopic", "batchproduce", "sinkid"} <= _SINK_ONLY
+    for name in _SINK_ONLY:
+        assert "unknown option" in str(error(**{name: "x"})), name
+    shared = {"walpath": str(tmp_path), "connecttimeout": "5s", "metadataretrytimeout": "5s"}
+    prefixes = {n for n in spark_names(KAFKA_SINK_OPTIONS) if n.endswith(".")}
+    assert spark_names(KAFKA_SINK_OPTIONS) - _SINK_ONLY - prefixes == {
+        *shared, "kafka.bootstrap.servers"}
+    parse(**shared)  # the source takes every shared option

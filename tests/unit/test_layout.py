@@ -9,6 +9,8 @@
 - The Kafka source and sink never import each other: nothing under
   ``connectors/kafka/source/`` imports ``connectors.kafka.sink``, nor the other way round,
   not even lazily; what they share is ``connectors/kafka/common.py``.
+- No family imports the CLI, and no JDBC module imports the JDBC protocol (``jdbc/sink.py``)
+  back: the sink and the staging strategies share ``jdbc/database.py`` instead.
 """
 
 from __future__ import annotations
@@ -122,3 +124,23 @@ def test_no_module_is_longer_than_500_lines() -> None:
         if n > MAX_LINES:
             long[os.path.relpath(path, PACKAGE)] = n
     assert not long, f"modules above {MAX_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("path", modules(*SPARK_FREE),
+                         ids=lambda p: os.path.relpath(p, PACKAGE))
+def test_families_never_import_the_cli(path: str) -> None:
+    bad = [f"line {n}: {name}" for n, name in imported_names(path)
+           if name == "connectors.cli" or name.startswith("connectors.cli.")
+           or name == "connectors.__main__"]
+    assert not bad, f"{os.path.relpath(path, PACKAGE)} imports the CLI: {bad}"
+
+
+@pytest.mark.parametrize("path", [p for p in modules("jdbc") if not p.endswith("sink.py")],
+                         ids=lambda p: os.path.relpath(p, PACKAGE))
+def test_jdbc_engines_never_import_the_protocol(path: str) -> None:
+    """``jdbc/sink.py`` (the protocol) sits on top of its family: a module it uses that
+    imported it back (as staging.py once did, for the dialect and connections) would make
+    a circle; such a module takes ``connectors.jdbc.database.Database`` instead."""
+    bad = [f"line {n}: {name}" for n, name in imported_names(path)
+           if name == "connectors.jdbc.sink" or name.startswith("connectors.jdbc.sink.")]
+    assert not bad, f"{os.path.relpath(path, PACKAGE)} imports connectors.jdbc.sink: {bad}"

@@ -102,7 +102,7 @@ def test_unknown_options_are_an_error_naming_the_closest_valid_one():
     r.string("startingOffsets")
     r.prefixed("kafka.")
     with pytest.raises(OptionError) as e:
-        r.warn_unknown()
+        r.refuse_unknown()
     assert "unknown option 'startingoffset' (did you mean 'startingOffsets'?)" in str(e.value)
     assert e.value.option == "startingoffset" and "ignoreUnknownOptions=true" in str(e.value)
 
@@ -113,7 +113,7 @@ def test_unknown_options_warn_once_with_ignore_unknown_options(caplog):
     r.string("subscribe")
     r.prefixed("kafka.")
     with caplog.at_level(logging.WARNING):
-        assert r.warn_unknown() == ["startingoffset"]
+        assert r.refuse_unknown() == ["startingoffset"]
     assert "startingoffset" in caplog.text
 
 

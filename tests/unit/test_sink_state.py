@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from connectors.core.errors import SinkOwnershipError
 from connectors.core.sink_state import Owner, SinkState
 from connectors.core.storage import LocalStorage
 from connectors.core.wal import RETAIN_EVERY, WriteAheadLog
@@ -22,18 +25,27 @@ def test_retention_keeps_the_newest_entries_and_runs_every_tenth_seq(tmp_path):
 def test_owner_record_is_claimed_once(tmp_path):
     state = SinkState(LocalStorage(), str(tmp_path), log_kind="commits", keep=10,
                       owner_record=True)
-    assert state.claim("a") is None and state.claim("a") is None
-    assert state.claim("b") == Owner("a")
-    assert state.foreign_owner(None) is None
+    state.claim("eo_kafka", "a")
+    state.claim("eo_kafka", "a")
+    with pytest.raises(SinkOwnershipError, match="belongs to sink_id 'a', not 'b'"):
+        state.claim("eo_kafka", "b")
+    assert state.owner() == Owner("a")
 
 
 def test_without_an_owner_record_the_newest_commit_names_the_owner(tmp_path):
     state = SinkState(LocalStorage(), str(tmp_path), log_kind="_log", keep=10)
-    assert state.foreign_owner("b") is None
+    state.check_owner("eo_files", "b")
     info = state.record_commit(3, "a", 7, files=1)
     assert info["sink_id"] == "a" and info["rows"] == 7 and info["files"] == 1
     assert state.commit_info(3) == info
-    assert state.foreign_owner("b") == Owner("a", 3) and state.foreign_owner("a") is None
+    assert state.owner() == Owner("a", 3)
+    state.check_owner("eo_files", "a")
+    for other in ("b", None):
+        with pytest.raises(SinkOwnershipError):
+            state.check_owner("eo_files", other)
+    assert state.record_commit(3, "a", 8)["rows"] == 7  # committed once: the first stands
+    with pytest.raises(SinkOwnershipError):
+        state.record_commit(3, "b", 8)
     assert state.is_committed(2) and state.is_committed(3) and not state.is_committed(4)
 
 

@@ -1,5 +1,5 @@
 """The WAL: append/read/commit/purge, and crash safety: a process SIGKILLed between
-writing a record's temp file and renaming it leaves a readable log."""
+writing a record's temp file and linking it into place leaves a readable log."""
 
 from __future__ import annotations
 
@@ -26,16 +26,16 @@ def test_append_get_last_and_write_once(tmp_path):
     assert wal.last() == (1, {"n": 1})
     assert wal.get(0)["end"] == {"t": {"0": 5}}
     assert wal.get(7) is None
-    wal.put(1, {"n": 2})
-    assert wal.get(1) == {"n": 2}
+    assert wal.create(1, {"n": 2}) == {"n": 1}  # the existing record stands
+    assert wal.create(2, {"n": 2}) is None and wal.get(2) == {"n": 2}
 
 
 def test_commit_markers(tmp_path):
     wal = WriteAheadLog.open(str(tmp_path), "sink")
     wal.append(3, {"x": 1})
     assert not wal.is_committed(3)
-    wal.commit(3, {"rows": 10})
-    wal.commit(3, {"rows": 10})  # idempotent
+    assert wal.commit(3, {"rows": 10}) is None
+    assert wal.commit(3, {"rows": 11}) == {"rows": 10}  # committed once; the first stands
     assert wal.is_committed(3) and wal.last_committed() == 3
     assert wal.commit_info(3) == {"rows": 10}
     assert wal.commit_info(4) is None
@@ -61,7 +61,7 @@ def test_negative_seq_refused(tmp_path):
 
 
 def test_crash_between_write_and_rename_leaves_a_readable_log(tmp_path):
-    """SIGKILL a writer after its temp file is fsynced but before the rename."""
+    """SIGKILL a writer after its temp file is fsynced but before the link into place."""
     script = textwrap.dedent(
         f"""
         import os, signal
@@ -71,10 +71,9 @@ def test_crash_between_write_and_rename_leaves_a_readable_log(tmp_path):
         wal = WriteAheadLog.open({str(tmp_path)!r}, "source")
         wal.append(0, {{"w": 0}})
         wal.commit(0)
-        real_replace = os.replace
         def crash(src, dst):
             os.kill(os.getpid(), signal.SIGKILL)
-        os.replace = crash  # die exactly between the fsynced temp file and the rename
+        os.link = crash  # die exactly between the fsynced temp file and the link
         wal.append(1, {{"w": 1, "big": "x" * 100000}})
         """
     )

@@ -33,13 +33,18 @@ from connectors.core.storage.options import (
     parse_storage_options,
     storage_options_from,
 )
-from connectors.core.storage.urls import is_object_store, require_directory, storage_for
+from connectors.core.storage.urls import (
+    check_state_path,
+    is_object_store,
+    require_directory,
+    storage_for,
+)
 from connectors.core.storage.webhdfs import DEFAULT_WEBHDFS_PORT, WebHdfsStorage
 
 __all__ = [
     "DEFAULT_WEBHDFS_PORT", "PROBE_PREFIX", "STORAGE_OPTIONS", "TEMP_PREFIX", "TEMP_SUFFIX",
     "CountingStream", "LocalStorage", "ObjectStoreStorage", "Storage", "StorageOptions",
-    "WebHdfsStorage", "check_create_if_absent", "forget_probes", "is_hidden",
+    "WebHdfsStorage", "check_create_if_absent", "check_state_path", "forget_probes", "is_hidden",
     "is_object_store", "parse_storage_options", "request_counts", "require_directory",
     "reset_request_counts", "storage_for", "storage_options_from", "temp_name",
 ]

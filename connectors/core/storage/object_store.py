@@ -37,7 +37,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from datetime import timedelta
 from typing import IO, Any
 
-from connectors.core.errors import StorageError
+from connectors.core.errors import OptionError, StorageError
 from connectors.core.storage.base import CountingStream, Storage, is_hidden
 from connectors.core.storage.options import StorageOptions, unknown_storage_option
 
@@ -165,7 +165,11 @@ class ObjectStoreStorage(Storage):
 
     def check_options(self) -> None:
         """Build the client once, offline: a bad ``storage.*`` key fails at option time."""
-        self.store  # noqa: B018 - builds and caches the client
+        try:
+            self.store  # noqa: B018 - builds and caches the client
+        except StorageError as e:
+            raise OptionError(f"{self.family}: the storage.* options do not configure a "
+                              f"client: {e}", option="storage.*") from None
 
     # -- errors ---------------------------------------------------------------------------------
     def _clean(self, e: BaseException) -> str:
@@ -219,8 +223,11 @@ class ObjectStoreStorage(Storage):
                     f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or "
                     "AWS_ACCESS_KEY_ID, the instance role, GOOGLE_APPLICATION_CREDENTIALS, "
                     "AZURE_STORAGE_*)") from None
+            cause = "" if "(" in text.rsplit(":", 1)[-1] else (
+                "the answer gave no reason (as for every HEAD request): either the "
+                "credentials are wrong or ")
             raise StorageError(
-                f"{self.kind}: {op} {where} was denied ({text}); the role needs list, "
+                f"{self.kind}: {op} {where} was denied ({text}); {cause}the role needs list, "
                 "get, put and delete on this prefix (docs/deploying.md lists them)") from None
         except BaseError as e:
             text = self._clean(e)
@@ -231,6 +238,11 @@ class ObjectStoreStorage(Storage):
                     f"{self.kind}: {op} {where} was refused: the credentials were not "
                     f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or the "
                     "provider's environment and identity)") from None
+            if "builder error" in text:
+                raise StorageError(
+                    f"{self.kind}: {op} {where}: the client refused the endpoint "
+                    f"{self.options.get('endpoint') or 'from the environment'}; an http:// "
+                    "endpoint needs storage.allowHttp=true") from None
             if _unreachable(text):
                 raise StorageError(
                     f"{self.kind}: {op} {where}: the store is unreachable at "
@@ -313,7 +325,9 @@ class ObjectStoreStorage(Storage):
             keys += [o["path"] for o in self._objects(path)]
         for i in range(0, len(keys), _BULK):
             _count("DELETE")
-            with self._errors("delete", path):
+            # Azure answers 404 for a key that is gone (S3 does not); the bulk request still
+            # deletes every other key, so a missing one is nothing to report.
+            with contextlib.suppress(FileNotFoundError), self._errors("delete", path):
                 obstore.delete(self.store, keys[i:i + _BULK])
         return True
 
@@ -322,7 +336,7 @@ class ObjectStoreStorage(Storage):
         keys = [self._key(p) for p in paths]
         for i in range(0, len(keys), _BULK):
             _count("DELETE")
-            with self._errors("delete", "/" + keys[i]):
+            with contextlib.suppress(FileNotFoundError), self._errors("delete", "/" + keys[i]):
                 obstore.delete(self.store, keys[i:i + _BULK])
         return len(keys)
 

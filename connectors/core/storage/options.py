@@ -20,6 +20,7 @@ never written into a WAL, a log or a checkpoint.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,10 +140,31 @@ class StorageOptions:
                 config[target] = value
         for key, value in given.items():  # passed-through client keys
             config[key] = value.get() if isinstance(value, Secret) else value
-        endpoint = str(config.get("endpoint") or config.get("base_url") or "")
-        if "allow_http" not in client and endpoint.startswith("http://"):
-            client["allow_http"] = True
+        if "allow_http" not in client:
+            allow = _env_allow_http(provider)
+            endpoint = str(config.get("endpoint") or config.get("base_url")
+                           or _env_endpoint(provider) or "")
+            if allow is not None:
+                client["allow_http"] = allow
+            elif endpoint.startswith("http://"):
+                client["allow_http"] = True
         return config, client, retry
+
+
+_ENV_PREFIX = {"s3": "AWS", "gcs": "GOOGLE", "azure": "AZURE"}
+
+
+def _env_endpoint(provider: str) -> str | None:
+    """The endpoint the provider's own chain would take from the environment."""
+    names = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+             "azure": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
+             "gcs": ("GOOGLE_BASE_URL",)}[provider]
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
+
+
+def _env_allow_http(provider: str) -> bool | None:
+    value = os.environ.get(f"{_ENV_PREFIX[provider]}_ALLOW_HTTP")
+    return None if value is None else value.strip().lower() in ("1", "true", "yes")
 
 
 def parse_storage_options(reader: OptionReader) -> StorageOptions:

@@ -120,3 +120,19 @@ def require_directory(url: str, family: str, option: str,
             "directory (it is created if missing)",
             option=option,
         )
+
+
+def check_state_path(url: str, options: StorageOptions, family: str, option: str) -> None:
+    """What can be checked of a state directory option when options are parsed, without a
+    network call: the URL maps to a store, an object store's client accepts the
+    ``storage.*`` options, a local path is not an existing file."""
+    try:
+        storage, path = storage_for(url, options=options, family=family)
+    except StorageError as e:
+        raise OptionError(f"{family}: option '{option}' is not usable: {e}",
+                          option=option) from e
+    check = getattr(storage, "check_options", None)
+    if check is not None:
+        check()
+    if isinstance(storage, LocalStorage):
+        require_directory(url, family, option)

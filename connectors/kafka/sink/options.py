@@ -1,28 +1,102 @@
-"""Options of the ``eo_kafka`` sink: Spark's string options, or the Python API's arguments,
-parsed once into a frozen, picklable :class:`KafkaSinkOptions` (docs/kafka-sink.md)."""
+"""Options of the ``eo_kafka`` sink, declared once (:data:`KAFKA_SINK_OPTIONS`): Spark's
+string options and the Python API's arguments both become a frozen, picklable
+:class:`KafkaSinkOptions` through it (docs/kafka-sink.md shows the table it generates)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
-from connectors.core.errors import OptionError
-from connectors.core.options import OptionReader, RedactedDict, check_sink_id
+from connectors.core.declared import (
+    BOOLEAN,
+    DURATION,
+    PREFIXED,
+    STORAGE,
+    STRING,
+    Declared,
+    Opt,
+    Values,
+    sink_id_option,
+)
+from connectors.core.options import RedactedDict
+from connectors.core.storage import StorageOptions, check_state_path
 from connectors.kafka.common import (
+    CONNECT_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
     FAMILY,
-    seconds_option,
+    METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.sink import recovery
 from connectors.kafka.sink.producers import producer_config
 
+_SERVERS_HINT = "the brokers' host:port list"
+
+#: The sink's options, declared once: ``KafkaSink(...)``'s arguments, the DataSource's options,
+#: the unknown-option check and the table in docs/kafka-sink.md all come from here.
+KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
+    Opt("kafka.bootstrap.servers", "bootstrap_servers", STRING, shown_default="required",
+        hint=_SERVERS_HINT, help="the brokers' `host:port` list (in Python it may also be "
+        "`bootstrap.servers` in `kafka_options`)"),
+    Opt("kafka.", "kafka_options", PREFIXED, arg_note="(keys without `kafka.`)",
+        help="passed to librdkafka's producer, and, apart from producer-only keys, to the "
+        "recovery scan's consumer (security settings and so on)"),
+    Opt("topic", "topic", STRING,
+        help="the target topic, unless each row has a `topic` column"),
+    sink_id_option(
+        True, "a stable name for this sink, unique per output: 1-128 characters from "
+        "`A-Z a-z 0-9 . _ -`, not starting with `.`, no `..`. It goes into every recovery key "
+        "and into `transactional.id`. Never reuse it for another output.",
+        hint="a stable name for this sink, unique per output"),
+    Opt("walPath", "wal_path", STRING, required=True,
+        hint="a directory for the sink's commit log and markers",
+        help="a directory for the sink's commit log and started markers: a local path, "
+        "`hdfs://`, `webhdfs://`, or an object store (`s3://`, `gs://`, `abfss://`). It must "
+        "stay the same across restarts, and there is one per sink (the sink refuses a "
+        "`walPath` that another `sink_id` owns)."),
+    Opt("storage.", "storage_options", STORAGE, shown_default="provider chain",
+        help="object stores only: endpoint, region, credentials, timeouts of the store "
+        "holding `walPath` ([deploying.md](deploying.md#credentials-and-endpoints))"),
+    Opt("deterministicOrder", "deterministic_order", BOOLEAN, False,
+        help="`true` skips the per-task sort. Set it only when the rows of each input "
+        "partition arrive in the same order on every replay, for example an `eo_kafka` "
+        "source with no shuffle."),
+    Opt("transactional", "transactional", BOOLEAN, False,
+        help="per-task Kafka transactions with a commit fact, see "
+        "[below](#transactionaltrue)"),
+    Opt("batchProduce", "batch_produce", BOOLEAN, True,
+        help="with `transactional=true` and no per-record headers: hand each Arrow batch to "
+        "librdkafka in one `rd_kafka_produce_batch` call instead of one `produce()` call per "
+        "record (see [Cost](#cost)). `false` produces record by record. The sink falls back "
+        "to that by itself where the fast path is not available (not CPython, or a "
+        "confluent-kafka build whose client it cannot confirm)"),
+    Opt("recoveryKeyHeaders", "recovery_key_headers", BOOLEAN, False,
+        help="with `transactional=true`: also put the `eo-rk` header on every record, for "
+        "consumers that want to trace or dedupe records themselves (costs the header's CPU, "
+        "see [Cost](#cost))"),
+    METADATA_RETRY_TIMEOUT,
+    CONNECT_TIMEOUT,
+    Opt("failOnUnknownTopic", "fail_on_unknown_topic", BOOLEAN, False,
+        help="a target topic (the `topic` option, checked on the driver, or a `topic` "
+        "column, checked by each task) that does not exist: `false` logs one warning naming "
+        "it and lets the broker create it with its defaults, as Spark's own sink does (when "
+        "the broker has `auto.create.topics.enable=true`); `true` fails with an error naming "
+        "the topic, and nothing is created or written"),
+    Opt("unsafe", "unsafe", BOOLEAN, False,
+        help="accept producer settings that break the guarantee (with a warning)"),
+    Opt("flushTimeout", "flush_timeout", DURATION, 300.0, above=0,
+        help="the longest a task waits for delivery and for its transaction commit"),
+    Opt("scanTimeout", "scan_timeout", DURATION, 120.0, above=0,
+        help="the longest a retry's recovery scan may take"),
+)
+
 
 @dataclass(frozen=True)
-class KafkaSinkOptions:
+class KafkaSinkOptions(Declared):
     """The parsed options of one ``eo_kafka`` sink."""
+
+    OPTIONS: ClassVar[tuple[Opt, ...]] = KAFKA_SINK_OPTIONS
+    FAMILY: ClassVar[str] = FAMILY
 
     sink_id: str
     wal_path: str
@@ -39,95 +113,21 @@ class KafkaSinkOptions:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     fail_on_unknown_topic: bool = False
     batch_produce: bool = True
+    #: ``storage.*``: how to reach an object store holding ``walPath``
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @classmethod
-    def create(
-        cls,
-        sink_id: str,
-        wal_path: str,
-        *,
-        bootstrap_servers: str | None,
-        topic: str | None,
-        kafka_options: Mapping[str, Any] | None,
-        deterministic_order: bool,
-        transactional: bool,
-        unsafe: bool,
-        flush_timeout: float,
-        scan_timeout: float,
-        metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
-        recovery_key_headers: bool = False,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        fail_on_unknown_topic: bool = False,
-        batch_produce: bool = True,
-    ) -> KafkaSinkOptions:
-        """From the Python API's arguments (``KafkaSink(...)``, which has the defaults)."""
-        if not sink_id or not str(sink_id).strip():
-            raise OptionError(
-                f"{FAMILY}: option 'sink_id' is required: a stable name for this sink, unique "
-                "per output (it is part of every recovery key and transactional.id)",
-                option="sink_id",
-            )
-        if not wal_path or not str(wal_path).strip():
-            raise OptionError(
-                f"{FAMILY}: option 'walPath' is required: a directory (local or hdfs://) for "
-                "the sink's commit log and started markers, stable across restarts",
-                option="walPath",
-            )
-        sink_id = check_sink_id(FAMILY, str(sink_id).strip())
-        recovery.key_prefix(sink_id, 0, 0)  # validates the sink id's length
-        return cls(
-            sink_id=sink_id,
-            wal_path=str(wal_path).strip(),
-            producer_conf=producer_config(kafka_options, bootstrap_servers, unsafe),
-            topic=topic.strip() if topic and topic.strip() else None,
-            deterministic_order=bool(deterministic_order),
-            transactional=bool(transactional),
-            recovery_key_headers=bool(recovery_key_headers),
-            unsafe=bool(unsafe),
-            flush_timeout=_positive(flush_timeout, "flush_timeout"),
-            scan_timeout=_positive(scan_timeout, "scan_timeout"),
-            metadata_retry_timeout=_positive(metadata_retry_timeout, "metadata_retry_timeout",
-                                             zero=True),
-            connect_timeout=_positive(connect_timeout, "connect_timeout"),
-            fail_on_unknown_topic=bool(fail_on_unknown_topic),
-            batch_produce=bool(batch_produce),
-        )
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> KafkaSinkOptions:
-        """From Spark's string options (``writeStream.format("eo_kafka")``)."""
-        r = OptionReader(options, family=FAMILY)
-        sink_id = r.required("sink_id", "a stable name for this sink, unique per output")
-        wal_path = r.required("walPath", "a directory for the sink's commit log and markers")
-        servers = r.required("kafka.bootstrap.servers", "the brokers' host:port list")
-        parsed = cls.create(
-            sink_id,
-            wal_path,
-            bootstrap_servers=servers,
-            topic=r.string("topic"),
-            kafka_options=r.prefixed("kafka."),
-            deterministic_order=r.boolean("deterministicOrder", False),
-            transactional=r.boolean("transactional", False),
-            unsafe=r.boolean("unsafe", False),
-            flush_timeout=r.duration("flushTimeout", 300.0, minimum=1) or 300.0,
-            scan_timeout=r.duration("scanTimeout", 120.0, minimum=1) or 120.0,
-            metadata_retry_timeout=seconds_option(r, "metadataRetryTimeout",
-                                                  DEFAULT_RETRY_TIMEOUT, 0),
-            recovery_key_headers=r.boolean("recoveryKeyHeaders", False),
-            connect_timeout=seconds_option(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1),
-            fail_on_unknown_topic=r.boolean("failOnUnknownTopic", False),
-            batch_produce=r.boolean("batchProduce", True),
-        )
-        r.warn_unknown(prefixes=("kafka.",), ignore=("batchId", "checkpointLocation"))
-        return parsed
-
-
-def _positive(value: Any, name: str, zero: bool = False) -> float:
-    """A Python API timeout in seconds: a number > 0 (>= 0 with ``zero``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    number = float(value) if ok else -1.0
-    if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
-        bound = ">= 0" if zero else "> 0"
-        raise OptionError(f"{FAMILY}: argument {name!r} must be a number of seconds {bound}, "
-                          f"got {value!r}", option=name)
-    return number
+    def _build(cls, v: Values) -> KafkaSinkOptions:
+        """The checks across options, for ``KafkaSink(...)`` and the DataSource alike."""
+        kafka_options = v["kafka_options"] or {}
+        if not v["bootstrap_servers"] and not any(
+                str(k).lower().removeprefix("kafka.") == "bootstrap.servers"
+                for k in kafka_options):
+            raise v.error("bootstrap_servers", "is required but was not set",
+                          f"set it ({_SERVERS_HINT})")
+        check_state_path(v["wal_path"], v["storage_options"], FAMILY, v.name("wal_path"))
+        recovery.key_prefix(v["sink_id"], 0, 0)  # validates the sink id's length
+        return v.build(
+            cls, used=("bootstrap_servers", "kafka_options", "storage_options"),
+            producer_conf=producer_config(kafka_options, v["bootstrap_servers"], v["unsafe"]),
+            storage=v["storage_options"])

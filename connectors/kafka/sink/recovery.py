@@ -47,6 +47,7 @@ import numpy as np
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import Storage
+from connectors.kafka.common import FAMILY
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,16 @@ class MarkerStore:
         return None if record is None else StartedMarker.from_record(record)
 
     def put(self, marker: StartedMarker) -> None:
-        self.state.put_marker(marker.batch_id, marker.writer, marker.to_json())
+        """Create the marker. Two attempts of one task racing (a zombie and its retry):
+        the one that loses the create stops before producing anything."""
+        try:
+            self.state.put_marker(marker.batch_id, marker.writer, marker.to_json())
+        except FileExistsError:
+            raise KafkaSinkError(
+                f"{FAMILY} {marker.sink_id}: batch {marker.batch_id} writer {marker.writer}: "
+                "another attempt of this task wrote its started marker first (a speculative "
+                "or zombie attempt); this attempt stops before producing, and Spark's retry "
+                "will skip what that attempt wrote") from None
 
     def batches(self) -> list[int]:
         return self.state.marker_batches()
@@ -217,11 +227,9 @@ def sink_state(storage: Storage, root: str) -> SinkState:
     """The Kafka sink's state under ``walPath``: commit log ``commits/``, owner record
     ``sink.json``, started markers ``started/``, reset record ``reset.json``."""
     return SinkState(storage, root, log_kind="commits", keep=KEEP_COMMITS, owner_record=True,
-                     markers="started", reset_file="reset.json", what="walPath")
+                     markers="started", reset_file="reset.json", what="walPath",
+                     family=FAMILY, reset_flag="--wal-path")
 
-
-#: how a user records a restart of a Kafka sink (named in errors)
-RESET_COMMAND = "eo-connectors sink reset --wal-path <walPath> --sink-id <sink_id>"
 
 
 # -- the scan --------------------------------------------------------------------------------

@@ -24,13 +24,13 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.core import failpoints
-from connectors.core.options import checked_arguments
+from connectors.core.declared import checked_arguments, given
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import recovery, targets
-from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS, KafkaSinkOptions
 from connectors.kafka.sink.producers import (  # noqa: F401 - public names of this module
     PRODUCER_DEFAULTS,
     check_producer_config,
@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 # Failpoints of the driver's step (the tasks' are in ``writer`` and the mode modules).
 FP_BEFORE_COMMIT = "kafka_sink.before_commit"
 FP_AFTER_COMMIT = "kafka_sink.after_commit"
+
+
+#: (walPath, storage options, sink_id) whose ownership this process verified. An owner
+#: record is created once and never changes; every task and commit still admits its batch.
+_IDENTITY_CHECKED: set[tuple[Any, ...]] = set()
 
 
 class KafkaSink(BatchSink):
@@ -95,7 +100,7 @@ class KafkaSink(BatchSink):
 
     family = FAMILY
 
-    @checked_arguments
+    @checked_arguments(KAFKA_SINK_OPTIONS)
     def __init__(
         self,
         sink_id: str,
@@ -114,14 +119,12 @@ class KafkaSink(BatchSink):
         connect_timeout: float = 30.0,
         fail_on_unknown_topic: bool = False,
         batch_produce: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._init(KafkaSinkOptions.create(
-            sink_id, wal_path, bootstrap_servers=bootstrap_servers, topic=topic,
-            kafka_options=kafka_options, deterministic_order=deterministic_order,
-            transactional=transactional, unsafe=unsafe, flush_timeout=flush_timeout,
-            scan_timeout=scan_timeout, metadata_retry_timeout=metadata_retry_timeout,
-            recovery_key_headers=recovery_key_headers, connect_timeout=connect_timeout,
-            fail_on_unknown_topic=fail_on_unknown_topic, batch_produce=batch_produce))
+        """The arguments are the DataSource's options in snake_case (``KAFKA_SINK_OPTIONS``,
+        the table in docs/kafka-sink.md); durations in seconds (or strings such as
+        ``"30s"``); ``kafka_options`` are librdkafka settings without ``kafka.``."""
+        self._init(KafkaSinkOptions.create(**given(locals())))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:
@@ -157,7 +160,8 @@ class KafkaSink(BatchSink):
     def _state(self) -> SinkState:
         """The sink's WAL at ``walPath`` (commit log, owner, started markers)."""
         if self._wal is None:
-            self._wal = recovery.sink_state(*storage_for(self.wal_path))
+            self._wal = recovery.sink_state(*storage_for(
+                self.wal_path, options=self.options.storage, family=FAMILY))
         return self._wal
 
     def last_committed(self) -> int | None:
@@ -169,13 +173,14 @@ class KafkaSink(BatchSink):
     def check_schema(self, schema: pa.Schema) -> None:
         check_columns(schema, self.topic)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
-        if not self._identity_checked:
-            require_directory(self.wal_path, FAMILY, "walPath")
+        key = (self.wal_path, self.options.storage, self.sink_id)
+        if not self._identity_checked and key not in _IDENTITY_CHECKED:
             state = self._state()
-            state.check_owner(FAMILY, self.sink_id)
-            state.claim(self.sink_id)
-            state.check_owner(FAMILY, self.sink_id)  # a concurrent claim won
+            state.check_storage()  # first: the probe's create names a bad store best
+            require_directory(self.wal_path, FAMILY, "walPath", self.options.storage)
+            state.claim(FAMILY, self.sink_id)
             self._identity_checked = True
+            _IDENTITY_CHECKED.add(key)  # ownership never changes: once per process
 
     def check_service(self) -> None:
         """The cluster answers within ``connectTimeout``, and the ``topic`` option names a
@@ -189,10 +194,7 @@ class KafkaSink(BatchSink):
 
     def admit(self, batch_id: int) -> bool:
         """Ownership of walPath, then the batch order (``SinkState.admit``)."""
-        return self._state().admit(FAMILY, self.sink_id, batch_id, self._reset_command())
-
-    def _reset_command(self) -> str:
-        return f"eo-connectors sink reset --wal-path {self.wal_path} --sink-id {self.sink_id}"
+        return self._state().admit(FAMILY, self.sink_id, batch_id)
 
     def batch_offset(self) -> int:
         return self._state().batch_offset()
@@ -207,7 +209,7 @@ class KafkaSink(BatchSink):
         state = self._state()
         # Ownership before "already committed": another sink's commit of this batch id
         # must not pass for ours.
-        if not state.admit(FAMILY, self.sink_id, batch_id, self._reset_command()):
+        if not state.admit(FAMILY, self.sink_id, batch_id):
             log.info("%s %s: batch %d already committed", FAMILY, self.sink_id, batch_id)
             return
         reports = [m for m in messages if isinstance(m, TaskReport)]
@@ -234,7 +236,8 @@ class KafkaSink(BatchSink):
             partitions=partitions,
         )
         failpoints.hit(FP_AFTER_COMMIT, batch_id)
-        state.retain(batch_id)
+        # Started markers exist in the recovery-key mode only, one per task: by name.
+        state.retain(batch_id, [] if self.transactional else [r.writer for r in reports])
         log.info("%s %s: committed batch %d: %d rows, %d produced, %d skipped as already "
                  "written", FAMILY, self.sink_id, batch_id, info["rows"], info["produced"],
                  info["skipped"])

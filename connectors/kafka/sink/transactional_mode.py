@@ -106,10 +106,12 @@ class TransactionalWriter(KafkaWriter):
         slot = self.open_producer()
         with self.attempt(slot):
             counts = self.partition_counts([topic])
+            # 2T. Fence earlier attempts of (B, w), then read their commit fact.
             self.check_fact([topic], slot)
             if report.already_committed:
                 report.rows = first.num_rows + _drain(batches)  # the task's rows, as below
                 return report
+            # 3T. One transaction: every row, then the commit fact, then commit.
             self.begin(slot)
             for batch in itertools.chain([first], batches):
                 if not batch.num_rows:
@@ -128,6 +130,7 @@ class TransactionalWriter(KafkaWriter):
         return self.finish(began)
 
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
+        # 2T. (the whole-task path) Fence, then read the commit fact.
         self.check_fact(list(rows.topics), slot)
         return None
 
@@ -161,6 +164,7 @@ class TransactionalWriter(KafkaWriter):
     def complete(self, slot: ProducerSlot, rows: Rows | None, report: TaskReport) -> None:
         began = time.perf_counter()
         timeout = self.options.flush_timeout
+        # 3T. (end) The commit fact goes into the transaction, which then commits.
         fact = commit_facts.CommitFact(self.task.batch_id, report.produced, report.partitions)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")

@@ -134,7 +134,7 @@ class KafkaWriter:
         (SinkState.admit): another sink's commit of batch b, or a lower batch id, must not
         pass for a replay."""
         b, w = self.task.batch_id, self.task.writer_id
-        if self.state.admit(FAMILY, self.sink_id, b, recovery.RESET_COMMAND):
+        if self.state.admit(FAMILY, self.sink_id, b):
             return True
         log.info("%s %s: batch %d already committed; writer %d writes nothing",
                  FAMILY, self.sink_id, b, w)

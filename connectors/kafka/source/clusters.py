@@ -75,7 +75,7 @@ class Clusters:
         out: dict[TP, None] = {}
         for c in self.opts.clusters:
             def metadata(c: ClusterSpec = c) -> Any:
-                return self.admin(c).list_topics(timeout=self.opts.poll_timeout_s)
+                return self.admin(c).list_topics(timeout=self.opts.poll_timeout)
 
             if c.name not in self._reached:
                 self._first_contact(c)
@@ -107,7 +107,7 @@ class Clusters:
         unreachable or misconfigured cluster fails in that time with one error that names
         the bootstrap servers and the likely causes, instead of after the poll and retry
         deadlines (minutes) and thousands of librdkafka connection logs."""
-        timeout = self.opts.connect_timeout_s
+        timeout = self.opts.connect_timeout
         try:
             self.admin(c).list_topics(timeout=timeout)
         except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
@@ -144,7 +144,7 @@ class Clusters:
             def list_offsets(c: ClusterSpec = c, request: Any = request,
                              isolation: Any = isolation) -> Offsets:
                 futures = self.admin(c).list_offsets(
-                    request, isolation_level=isolation, request_timeout=self.opts.poll_timeout_s
+                    request, isolation_level=isolation, request_timeout=self.opts.poll_timeout
                 )
                 return {(c.name, ktp.topic, ktp.partition): fut.result().offset
                         for ktp, fut in futures.items()}
@@ -185,7 +185,7 @@ class Clusters:
         if not mine:
             return {}
         got = retrying(
-            lambda: self.committer(cluster).committed(mine, timeout=self.opts.poll_timeout_s),
+            lambda: self.committer(cluster).committed(mine, timeout=self.opts.poll_timeout),
             what=f"eo_kafka: committed offsets of group {self.opts.group_id!r} on cluster "
                  f"{cluster.name or cluster.bootstrap}",
             error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,

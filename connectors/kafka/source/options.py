@@ -1,9 +1,7 @@
-"""Options of the ``eo_kafka`` source: Spark's string options parsed once into frozen,
-picklable specs (they travel to executors; no connections).
-
-- :class:`KafkaSourceOptions` (with :class:`ClusterSpec` and :class:`StartSpec`): Spark's
-  Kafka source options, same names and semantics (docs/kafka-source.md lists them);
-- the sink's are in :mod:`connectors.kafka.sink.options` (docs/kafka-sink.md).
+"""Options of the ``eo_kafka`` source (:class:`KafkaSourceOptions`, :class:`ClusterSpec`,
+:class:`StartSpec`): Spark's Kafka source options, same names and semantics
+(docs/kafka-source.md), parsed once into frozen, picklable specs that travel to executors.
+The sink's are in :mod:`connectors.kafka.sink.options`.
 """
 
 from __future__ import annotations
@@ -15,13 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.core.declared import read_option
 from connectors.core.errors import KafkaSourceError, OptionError
 from connectors.core.options import OptionReader, RedactedDict
+from connectors.core.storage import StorageOptions, check_state_path, parse_storage_options
 from connectors.kafka.common import (
+    CONNECT_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
     FAMILY,
-    seconds_option,
+    METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.source.offsets import (
     DEFAULT_TARGET_RECORDS,
@@ -137,7 +138,7 @@ class KafkaSourceOptions:
     ending: StartSpec | None = None
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
-    max_trigger_delay_s: float = 900.0
+    max_trigger_delay: float = 900.0
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
@@ -147,12 +148,15 @@ class KafkaSourceOptions:
     include_headers: bool = False
     group_id: str = DEFAULT_GROUP_PREFIX
     wal_path: str | None = None
-    poll_timeout_s: float = 120.0
+    #: ``storage.*``: how to reach an object store holding ``walPath``
+    storage: StorageOptions = field(default_factory=StorageOptions)
+    #: ``kafkaConsumer.pollTimeoutMs`` (Spark's name), in seconds
+    poll_timeout: float = 120.0
     metadata_retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     timestamp_strategy: str = "error"
     arrow_batch_records: int = 20000
     #: ``connectTimeout``: the bound on the first request to each cluster
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
     window: int | None = None
 
@@ -221,12 +225,13 @@ class KafkaSourceOptions:
                                    minimum=0)
         include_headers = r.boolean("includeHeaders", False)
         wal_path = r.string("walPath")
+        storage = parse_storage_options(r)
         if wal_path is not None:
-            from connectors.core.storage import require_directory, storage_for
-
-            storage_for(wal_path)  # refuses object stores and bad URLs now, not mid-query
-            if "://" not in wal_path or wal_path.startswith("file:"):
-                require_directory(wal_path, "eo_kafka", "walPath")  # local: no network
+            check_state_path(wal_path, storage, FAMILY, "walPath")
+        elif storage:
+            raise r.error(f"storage.{storage.values[0][0]}", "is set but walPath is not",
+                          "storage.* options configure the store of walPath; set walPath or "
+                          "remove them")
         group_id = _group_id(r, top_kafka, clusters, wal_path)
         poll_ms = r.integer("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
         strategy = r.choice(
@@ -236,16 +241,16 @@ class KafkaSourceOptions:
         window = r.integer("eo.window", None, minimum=0)
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
-        retry_timeout = seconds_option(r, "metadataRetryTimeout", DEFAULT_RETRY_TIMEOUT, 0)
-        connect_timeout = seconds_option(r, "connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.1)
-        r.warn_unknown(prefixes=("kafka.",))
+        retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
+        connect_timeout = read_option(r, CONNECT_TIMEOUT)[1]
+        r.refuse_unknown(prefixes=("kafka.",))
         return cls(
             clusters=clusters,
             multi_cluster=multi,
             ending=ending,
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,
-            max_trigger_delay_s=float(max_delay if max_delay is not None else 900.0),
+            max_trigger_delay=float(max_delay if max_delay is not None else 900.0),
             max_bytes_per_trigger=max_bytes,
             min_partitions=min_partitions,
             max_records_per_partition=max_per_partition,
@@ -255,9 +260,10 @@ class KafkaSourceOptions:
             include_headers=include_headers,
             group_id=group_id,
             wal_path=wal_path,
-            poll_timeout_s=(poll_ms or 120_000) / 1000.0,
+            storage=storage,
+            poll_timeout=(poll_ms or 120_000) / 1000.0,
             metadata_retry_timeout=retry_timeout,
-            connect_timeout_s=connect_timeout,
+            connect_timeout=connect_timeout,
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,

@@ -58,12 +58,19 @@ class KafkaPlanner:
         self.opts = opts
         self.clusters = Clusters(opts)
         self.wal: WindowLog | None = (
-            None if opts.wal_path is None else WindowLog(opts.wal_path, opts.multi_cluster))
+            None if opts.wal_path is None
+            else WindowLog(opts.wal_path, opts.multi_cluster, opts.storage))
         self._avg_record_bytes: float | None = None
         self._avg_samples = 0
 
     def close(self) -> None:
         self.clusters.close()
+
+    def check_wal(self) -> None:
+        """Driver, at start: the WAL's store enforces create-if-absent (probed once per
+        store and process) and answers; one clear error before anything is planned."""
+        if self.wal is not None:
+            self.wal.check()
 
     def partitions(self) -> list[TP]:
         """The partitions every cluster's subscription matches now (sorted)."""

@@ -96,6 +96,7 @@ class KafkaWindows:
                 )
         self.spec = KafkaSourceOptions.from_options(self.options, batch=True)
         self.planner = KafkaPlanner(self.spec)
+        self.planner.check_wal()
 
     def next(self) -> KafkaWindow | None:
         """The uncommitted window again, else a new one; None when nothing is new."""

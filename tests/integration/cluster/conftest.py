@@ -82,6 +82,8 @@ class ClusterRun:
     prefix: str = field(default_factory=lambda: f"cl{uuid.uuid4().hex[:10]}")
     topic: str = ""
     hold_dir: str = ""
+    s3: Any = None  # an S3Service: our state and output on S3 instead of HDFS
+    s3_bucket: str = ""
 
     def __post_init__(self) -> None:
         self.base = f"/eo-cluster/{self.prefix}"
@@ -93,10 +95,12 @@ class ClusterRun:
         if hold:
             conf["spark.executorEnv.EO_TEST_HOLD"] = hold
             conf["spark.executorEnv.EO_TEST_HOLD_DIR"] = self.hold_dir
+        s3 = None if self.s3 is None else {"bucket": self.s3_bucket,
+                                           "options": self.s3.python_options()}
         return {"conf": conf, "bootstrap": self.bootstrap, "topic": self.topic,
                 "per_batch": PER_BATCH, "hdfs": self.hdfs_url, "webhdfs": self.webhdfs_url,
                 "base": self.base, "pg_url": self.pg_url, "prefix": self.prefix,
-                "jobs": jobs, "app": f"eo-cluster-{'-'.join(jobs)}"}
+                "jobs": jobs, "app": f"eo-cluster-{'-'.join(jobs)}", "s3": s3}
 
     def start(self, jobs: list[str], hold: str | None = None,
               log_name: str = "app.log") -> subprocess.Popen[bytes]:
@@ -166,7 +170,12 @@ class ClusterRun:
 
         from connectors.files.sink import FileSink
 
-        sink = FileSink(f"{self.hdfs_url}{self.base}/files/{job}", webhdfs_url=self.webhdfs_url)
+        if self.s3 is not None:
+            sink = FileSink(f"s3://{self.s3_bucket}{self.base}/files/{job}",
+                            storage_options=self.s3.python_options())
+        else:
+            sink = FileSink(f"{self.hdfs_url}{self.base}/files/{job}",
+                            webhdfs_url=self.webhdfs_url)
         out: list[str] = []
         for f in sink.committed_files():
             out.extend(pq.read_table(pa.BufferReader(sink.storage.read(f)))

@@ -144,3 +144,30 @@ def test_executor_kill_without_protection_duplicates(request, cluster_run: Clust
     assert cluster_run.jdbc_counts("faults") == expected_counts()
     assert_exact(cluster_run.file_lines("faults"), expected_lines(), what="FileSink output")
 
+
+
+def test_executor_jvm_killed_mid_batch_with_state_and_files_on_s3(
+        request, cluster_run: ClusterRun, s3_service, s3_bucket) -> None:
+    """The same pipeline with every piece of our state and output on the real S3 server
+    (the source's and the Kafka sink's walPath, the file sink's output, log and attempt
+    records; the credentials travel as storage.* options); Spark's checkpoint stays on
+    HDFS. The executor JVM holding the file sink's first attempt of writer 0 dies after
+    that attempt wrote its files in place: Spark reruns the task elsewhere, the commit
+    names the rerun's files, and the cleanup deletes the dead attempt's."""
+    from connectors.files.sink import FileSink
+
+    cluster_run.s3, cluster_run.s3_bucket = s3_service, s3_bucket
+    began = time.monotonic()
+    proc = cluster_run.start(["faults"], hold=f"files@{BATCH}")
+    try:
+        kill_held_executor(request, cluster_run, cluster_run.held(proc))
+        output = cluster_run.finish(proc)
+    finally:
+        reap(proc)
+    assert "JOB DONE faults" in output and "Lost executor" in output
+    assert_all_exact(cluster_run)
+    sink = FileSink(f"s3://{s3_bucket}{cluster_run.base}/files/faults",
+                    storage_options=s3_service.python_options())
+    listed = {f for f in sink.storage.walk_files(sink.path) if "/_" not in f}
+    assert listed == set(sink.committed_files()), "files of the killed attempt were left"
+    _announce(request, f"executor kill, state on S3: exact in {time.monotonic() - began:.0f}s")

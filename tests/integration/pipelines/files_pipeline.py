@@ -28,6 +28,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--partition-by", default="")
     p.add_argument("--max-records", type=int, default=0)
     p.add_argument("--webhdfs-url", default=None)
+    p.add_argument("--storage", action="append", default=[],
+                   help="a storage.* option as KEY=VALUE (object-store paths)")
     args = p.parse_args(argv)
 
     spark = pipeline_spark("files-pipeline", "local[2]", "WARN")
@@ -52,6 +54,9 @@ def main(argv: list[str]) -> int:
         writer = writer.option("maxRecordsPerFile", args.max_records)
     if args.webhdfs_url:
         writer = writer.option("webhdfsUrl", args.webhdfs_url)
+    for kv in args.storage:
+        key, value = kv.split("=", 1)
+        writer = writer.option(f"storage.{key}", value)
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
     print("PIPELINE DONE", flush=True)

@@ -36,6 +36,11 @@ from pyspark.sql import functions as F  # noqa: N812
 def paths(cfg: dict[str, Any], job: str) -> dict[str, str]:
     webhdfs = "webhdfs://" + cfg["webhdfs"].split("://", 1)[1].rstrip("/")
     base = cfg["base"]
+    if cfg.get("s3"):  # our state and output on S3; Spark's checkpoint stays on HDFS
+        s3 = f"s3://{cfg['s3']['bucket']}{base}"
+        return {"checkpoint": f"{cfg['hdfs']}{base}/chk/{job}",
+                "source_wal": f"{s3}/wal/{job}/source", "sink_wal": f"{s3}/wal/{job}/sink",
+                "files": f"{s3}/files/{job}"}
     return {
         "checkpoint": f"{cfg['hdfs']}{base}/chk/{job}",
         "source_wal": f"{webhdfs}{base}/wal/{job}/source",
@@ -44,21 +49,29 @@ def paths(cfg: dict[str, Any], job: str) -> dict[str, str]:
     }
 
 
+def storage_options(cfg: dict[str, Any]) -> dict[str, str] | None:
+    """The ``storage.*`` options of an S3 run (they travel to the executors with the sinks
+    and the source options; no credentials in the cluster's environment)."""
+    return dict(cfg["s3"]["options"]) if cfg.get("s3") else None
+
+
 def names(cfg: dict[str, Any], job: str) -> dict[str, str]:
     p = cfg["prefix"]
     return {"table": f"{p}_{job}", "topic": f"{p}-{job}", "sink_id": f"{p}-{job}"}
 
 
 def lines_stream(spark: SparkSession, cfg: dict[str, Any], job: str) -> DataFrame:
-    return (
+    reader = (
         spark.readStream.format("eo_kafka")
         .option("kafka.bootstrap.servers", cfg["bootstrap"])
         .option("subscribe", cfg["topic"])
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(cfg["per_batch"]))
         .option("walPath", paths(cfg, job)["source_wal"])
-        .load()
     )
+    for key, value in (storage_options(cfg) or {}).items():
+        reader = reader.option(f"storage.{key}", value)
+    return reader.load()
 
 
 def words_of(lines: DataFrame) -> DataFrame:
@@ -150,10 +163,12 @@ def faults(spark: SparkSession, cfg: dict[str, Any], job: str) -> None:
                            keys=["word"], accumulate=["n"], create_table=True,
                            small_batch_rows=0)
     kafka = HoldingKafkaSink(bootstrap_servers=cfg["bootstrap"], topic=n["topic"],
-                             sink_id=n["sink_id"], wal_path=where["sink_wal"])
-    out = HoldingFileSink(where["files"], webhdfs_url=cfg["webhdfs"], sink_id=n["sink_id"])
-    print("HDFS sink walPath", where["sink_wal"], flush=True)
-    print("HDFS files", where["files"], flush=True)
+                             sink_id=n["sink_id"], wal_path=where["sink_wal"],
+                             storage_options=storage_options(cfg))
+    out = HoldingFileSink(where["files"], webhdfs_url=cfg["webhdfs"], sink_id=n["sink_id"],
+                          storage_options=storage_options(cfg))
+    print("sink walPath", where["sink_wal"], flush=True)
+    print("files", where["files"], flush=True)
 
     def per_batch(df: DataFrame, batch_id: int) -> None:
         jdbc.write(words_of(df).groupBy("word").agg(F.count("*").alias("n")), batch_id)

@@ -1,0 +1,106 @@
+"""The operator's commands on the JDBC sink's commit table (``eo-connectors sink ...``).
+
+- :func:`status`: the commit rows, one per sink (``sink status --url``);
+- :func:`reset`: record a restart, so the sink's next query, on a new checkpoint, starts at
+  batch 0 (``sink reset --url``): the sink's row goes back to ``batch_id = -1``.
+
+Both open an engine of their own on the URL as given and dispose of it after. Errors are
+:class:`ConnectorError` with one line for the person at the terminal, the password in the
+URL redacted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from connectors.core.errors import ConnectorError
+from connectors.core.options import redact_url
+from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
+from connectors.jdbc.options import parse_table_name
+
+
+def status(url: str, table: str = DEFAULT_NAME,
+           sink_id: str | None = None) -> list[dict[str, Any]]:
+    """The rows of the commit table ``table`` at ``url`` (only ``sink_id``'s when given):
+    ``sink_id``, ``batch_id`` (``-1``: nothing committed yet), ``rows``, ``committed_at``."""
+    shown = redact_url(url)
+    try:
+        engine = sa.create_engine(url)
+    except Exception as e:
+        raise ConnectorError(f"sink status: cannot use URL {shown}: {url_problem(e)}") from None
+    try:
+        with engine.connect() as conn:
+            present = sa.inspect(conn).has_table(table)
+    except Exception as e:
+        engine.dispose()
+        raise ConnectorError(
+            f"sink status: cannot connect to {shown}: {redact_url(str(e).splitlines()[0])}"
+        ) from None
+    if not present:
+        engine.dispose()
+        raise ConnectorError(
+            f"sink status: {shown} has no table {table!r}: no eo_jdbc sink has committed "
+            "there (check --url, or --table if the sink sets metadataTable)")
+    t = sa.table(table, sa.column("sink_id"), sa.column("batch_id"), sa.column("rows"),
+                 sa.column("committed_at"))
+    query = sa.select(t.c.sink_id, t.c.batch_id, t.c.rows, t.c.committed_at)
+    if sink_id:
+        query = query.where(t.c.sink_id == sink_id)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(query.order_by(t.c.sink_id)).all()
+    except Exception as e:
+        raise ConnectorError(
+            f"sink status: cannot read {table!r} at {shown}: "
+            f"{redact_url(str(e).splitlines()[0])}"
+        ) from None
+    finally:
+        engine.dispose()
+    if not rows:
+        which = f"sink {sink_id!r}" if sink_id else "any sink"
+        raise ConnectorError(f"sink status: table {table!r} at {shown} has no row for "
+                             f"{which}: no such eo_jdbc sink has run there")
+    return [{"sink_id": r[0], "batch_id": r[1], "rows": r[2], "committed_at": r[3]}
+            for r in rows]
+
+
+def reset(url: str, sink_id: str, table: str = DEFAULT_NAME) -> int | None:
+    """Record a restart of ``sink_id``: its row in the commit table ``table`` (``schema.table``
+    allowed) goes back to ``batch_id = -1``, so the new query's batches from 0 are accepted
+    instead of refused as lower than the last committed one. Run it with the query stopped.
+    Returns the last committed batch before the reset (None: nothing was committed)."""
+    shown = redact_url(url)
+    schema, name = parse_table_name(table, "--table")
+    commits = CommitsTable(name, schema)
+    try:
+        engine = sa.create_engine(url)
+    except Exception as e:
+        raise ConnectorError(f"sink reset: cannot use URL {shown}: {url_problem(e)}") from None
+    try:
+        with engine.begin() as conn:
+            if not sa.inspect(conn).has_table(name, schema=schema):
+                raise ConnectorError(f"sink reset: {shown} has no table {table!r}")
+            stored = commits.reset(conn, sink_id)
+            if stored is None:
+                raise ConnectorError(f"sink reset: table {table!r} at {shown} has no "
+                                     f"row for sink {sink_id!r}: nothing to reset")
+    except ConnectorError:
+        raise
+    except Exception as e:
+        raise ConnectorError(f"sink reset: cannot reset {sink_id!r} at {shown}: "
+                             f"{redact_url(str(e).splitlines()[0])}") from None
+    finally:
+        engine.dispose()
+    return None if stored < 0 else stored
+
+
+def url_problem(e: Exception) -> str:
+    """Why SQLAlchemy refused a URL, without repeating it (it may hold a password)."""
+    if type(e).__name__ == "NoSuchModuleError":
+        return ("unknown SQLAlchemy dialect/driver; use e.g. postgresql+psycopg://, "
+                "mysql+pymysql:// or sqlite:///")
+    if type(e).__name__ == "ArgumentError":
+        return "not a SQLAlchemy URL (dialect+driver://user:password@host/db)"
+    return type(e).__name__

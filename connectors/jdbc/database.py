@@ -1,0 +1,150 @@
+"""One JDBC sink's database at runtime: dialect, tables, connections, retries, transactions.
+
+The commit protocol (``connectors.jdbc.sink``) and the staging strategies
+(``connectors.jdbc.staging``) both reach the database through a :class:`Database`, and
+neither calls into the other. A ``Database`` is built from the picklable options in the
+process that needs it (the driver, a Python worker) and is never pickled: it holds the
+dialect, whose engine and connection pool are per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from connectors.core import failpoints
+from connectors.core.errors import ConnectorError, JdbcSinkError
+from connectors.core.sink import TaskInfo
+from connectors.jdbc.columns import Layout
+from connectors.jdbc.dialects import Dialect, dialect_for
+from connectors.jdbc.metadata import CommitsTable
+from connectors.jdbc.options import JdbcSinkOptions
+from connectors.jdbc.tables import Tables
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Database:
+    """The database of one sink: what differs per database (``dialect``), its tables
+    (``tables``, ``commits``), connections, and the retry and error rules of every call.
+
+    ``layout`` (where a method takes one) only sharpens error messages: a database error
+    that names a column is reported with its SQL and DataFrame types."""
+
+    def __init__(self, options: JdbcSinkOptions) -> None:
+        self.options = options
+        self.dialect: Dialect = dialect_for(sa.engine.make_url(options.url),
+                                            options.retry_timeout)
+        self.tables = Tables(options, self.dialect)
+
+    @property
+    def commits(self) -> CommitsTable:
+        return self.tables.commits
+
+    def connect(self, isolation: bool = False) -> sa.Connection:
+        """A connection from the process's pool; with ``isolation``, at the commit
+        transaction's level (``isolationLevel``)."""
+        conn = self.dialect.engine().connect()
+        if isolation:
+            opts = self.dialect.isolation(self.options.isolation_level)
+            if opts:
+                conn = conn.execution_options(**opts)
+        return conn
+
+    # -- retries and errors -----------------------------------------------------------------
+    def retrying(self, what: str, fn: Callable[[], T], layout: Layout | None = None) -> T:
+        """Run ``fn``; retry transient database errors with backoff until the deadline."""
+        deadline = time.monotonic() + self.options.retry_timeout
+        delay = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except ConnectorError:
+                raise
+            except Exception as e:
+                transient = self.dialect.is_transient(e)
+                if not transient or time.monotonic() + delay > deadline:
+                    raise self.error(what, e, layout, gave_up=transient,
+                                     attempts=attempt) from e
+                log.warning("eo_jdbc sink %s: %s failed (attempt %d, transient: %s); retrying "
+                            "in %.1fs", self.options.sink_id, what, attempt,
+                            self.dialect.describe(e), delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def error(self, what: str, e: Exception, layout: Layout | None = None,
+              gave_up: bool = False, attempts: int = 1) -> JdbcSinkError:
+        """The sink's error for a failed database call: the table (and column), the
+        redacted URL and the database's own message."""
+        o = self.options
+        column = self.dialect.column_of(e)
+        where = f"table {o.qualified_table!r}"
+        if column:
+            spec = layout.spec(column) if layout is not None else None
+            typ = f" ({spec.sql_type}, DataFrame type {spec.arrow_type})" if spec else ""
+            where += f", column {column!r}{typ}"
+        retry = (f" (transient; gave up after {attempts} attempts within retryTimeout="
+                 f"{o.retry_timeout:g}s)" if gave_up else "")
+        return JdbcSinkError(
+            f"eo_jdbc sink {o.sink_id!r}: {what} failed on {where} at {o.redacted_url}: "
+            f"{self.dialect.describe(e)}{retry}"
+        )
+
+    # -- transactions -----------------------------------------------------------------------
+    def transaction(self, what: str, fn: Callable[[sa.Connection], T],
+                    layout: Layout | None = None) -> T:
+        """``fn`` in one transaction, retried as a whole on transient errors."""
+        def work() -> T:
+            with self.connect() as conn, conn.begin():
+                return fn(conn)
+
+        return self.retrying(what, work, layout)
+
+    def task_transaction(self, task: TaskInfo, write: Callable[[sa.Connection], T],
+                         layout: Layout) -> T:
+        """Step 1 of the protocol (``connectors.jdbc.sink``): a task's own staging
+        transaction around ``write`` (a staging strategy's), not retried: Spark retries the
+        task, with a new attempt token."""
+        conn = self.retrying("connecting to stage rows", self.connect, layout)
+        try:
+            with conn.begin():
+                message = write(conn)
+                failpoints.hit("jdbc.before_stage_commit", task.batch_id)
+            # 1. The task's rows are staged: leaving the block committed its transaction.
+        except ConnectorError:
+            raise
+        except Exception as e:
+            raise self.error(f"staging batch {task.batch_id} (writer {task.writer_id})", e,
+                             layout) from e
+        finally:
+            conn.close()
+        failpoints.hit("jdbc.after_stage", task.batch_id)
+        log.debug("eo_jdbc sink %s: staged %d rows of batch %d writer %d", self.options.sink_id,
+                  getattr(message, "rows", 0), task.batch_id, task.writer_id)
+        return message
+
+    # -- the commit table -------------------------------------------------------------------
+    def ensure_metadata(self) -> None:
+        """Create the commit table if missing and register the sink's row (once per
+        process)."""
+        t = self.tables
+        if not t.metadata_ready():
+            self.transaction(f"preparing metadata table {t.commits.qualified!r}",
+                             t.prepare_metadata)
+            t.metadata_prepared()
+
+    def last_committed(self) -> int | None:
+        """The sink's last committed batch from its commit row, retried."""
+        def work() -> int | None:
+            with self.connect() as conn:
+                return self.commits.last_committed(conn, self.options.sink_id)
+
+        return self.retrying("reading the last committed batch", work)
