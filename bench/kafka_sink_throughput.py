@@ -26,9 +26,10 @@ Against the same Apache Kafka broker, in the same run:
 Each side runs ``--repeat`` times and the best run counts (the machine may be shared). The
 broker is warmed first with two untimed raw loops of ``--rows`` records.
 
-It also measures the recovery scan: one task of ``--scan-rows`` rows (200,000) is failed
-after writing half of them (failpoint ``kafka_sink.mid_produce``), then retried; the retry's
-scan time, records read and total time are reported next to a clean task of the same size.
+It also measures the recovery scan: one task of ``--scan-rows`` rows (200,000), run in a
+child process, is killed (SIGKILL, failpoint ``kafka_sink.mid_produce``) after writing half
+of them, then retried; the retry's scan time (over every target partition: ``--partitions``),
+records read and total time are reported next to a clean task of the same size.
 ``commit_overhead_ms`` is the driver's commit step (WAL commit marker + marker purge).
 
 ``txn_commit_overhead_ms`` is a transactional task's commit step (commit fact +
@@ -56,7 +57,41 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import bench_broker, bench_spark  # noqa: E402
 
-from connectors.demo.services.kafka import create_topic  # noqa: E402
+from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` and wait until its broker serves every partition. The metadata names
+    a leader at once, but one broker takes seconds to open the logs of 1,000 new partitions
+    and answers NOT_LEADER_FOR_PARTITION meanwhile: a write timed right after the creation
+    would measure that, not the writer (Spark's sink gets topics created well ahead)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    _create_topic(bootstrap, topic, partitions, timeout=120)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 120
+    while True:
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                      for p in range(partitions)}, request_timeout=30)
+        try:
+            for f in futures.values():
+                f.result()
+            return
+        except Exception:  # noqa: BLE001 - not served yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def drop(bootstrap: str, *topics: str) -> None:
+    """Delete topics once measured: at 1,000 partitions each, a run's dozen topics would
+    otherwise crowd the one broker (files, memory) for the measurements that follow."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the futures end
+    for f in admin.delete_topics(list(topics), operation_timeout=60).values():
+        f.result(120)
 
 
 def raw_produce(
@@ -113,11 +148,13 @@ def raw_produce(
 
 
 def scan_cost(bootstrap: str, rows: int, value_bytes: int, partitions: int) -> dict[str, float]:
-    """A task of ``rows`` rows fails after writing half; its retry scans and finishes."""
+    """A task of ``rows`` rows is killed (SIGKILL, in a child process) after writing half;
+    its retry scans and finishes."""
+    import subprocess
+    import textwrap
+
     import pyarrow as pa
 
-    from connectors.core import failpoints
-    from connectors.core.errors import FailpointError
     from connectors.core.sink import TaskInfo
     from connectors.kafka.sink import KafkaSink
 
@@ -125,24 +162,36 @@ def scan_cost(bootstrap: str, rows: int, value_bytes: int, partitions: int) -> d
     table = pa.table({"value": [(str(i).encode() + pad)[:value_bytes] for i in range(rows)]})
     wal = tempfile.mkdtemp(prefix="eo-bench-scan-")
 
-    def new_sink() -> KafkaSink:
+    def new_sink() -> tuple[KafkaSink, dict[str, str]]:
         topic = f"bench-scan-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, partitions)
-        return KafkaSink(f"scan-{uuid.uuid4().hex[:6]}", os.path.join(wal, topic),
-                         bootstrap_servers=bootstrap, topic=topic)
+        args = {"sink_id": f"scan-{uuid.uuid4().hex[:6]}", "wal": os.path.join(wal, topic),
+                "topic": topic}
+        return KafkaSink(args["sink_id"], args["wal"], bootstrap_servers=bootstrap,
+                         topic=topic), args
 
-    clean = new_sink().stage(TaskInfo(0, 0), iter(table.to_batches()))
-    sink = new_sink()
-    os.environ["CONNECTORS_FAILPOINTS"] = f"kafka_sink.mid_produce@0#{rows // 2}!raise"
-    failpoints.reload()
-    try:
-        sink.stage(TaskInfo(0, 0), iter(table.to_batches()))
-        raise SystemExit("the mid_produce failpoint did not fire")
-    except FailpointError:
-        pass
-    finally:
-        os.environ.pop("CONNECTORS_FAILPOINTS", None)
-        failpoints.reload()
+    clean = new_sink()[0].stage(TaskInfo(0, 0), iter(table.to_batches()))
+    sink, args = new_sink()
+    # The first attempt runs in a child process that the failpoint SIGKILLs once half of
+    # the rows are written (flushed): a crashed executor, not a task that raised.
+    child = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
+        import pyarrow as pa
+        from connectors.core.sink import TaskInfo
+        from connectors.kafka.sink import KafkaSink
+        pad = b"x" * {value_bytes}
+        table = pa.table({{"value": [(str(i).encode() + pad)[:{value_bytes}]
+                                    for i in range({rows})]}})
+        KafkaSink({args["sink_id"]!r}, {args["wal"]!r}, bootstrap_servers={bootstrap!r},
+                  topic={args["topic"]!r}).stage(TaskInfo(0, 0), iter(table.to_batches()))
+    """)
+    env = {**os.environ, "CONNECTORS_FAILPOINTS": f"kafka_sink.mid_produce@0#{rows // 2}"}
+    killed = subprocess.run([sys.executable, "-c", child], env=env, check=False,
+                            capture_output=True, text=True)
+    if killed.returncode != -9:
+        raise SystemExit(f"the mid_produce failpoint did not kill the first attempt "
+                         f"(exit {killed.returncode}): {killed.stderr[-2000:]}")
     retry = sink.stage(TaskInfo(0, 0, attempt=1), iter(table.to_batches()))
     if retry.skipped < rows // 2 or retry.skipped + retry.produced != rows:
         raise SystemExit(f"retry skipped {retry.skipped}, produced {retry.produced}")
@@ -185,6 +234,7 @@ def spark_jvm_sink(bootstrap: str, rows: int, value_bytes: int, partitions: int,
     result = run_job(jvm, {"action": "bench_write", "bootstrap": bootstrap, "topics": topics,
                            "rows": rows, "value_bytes": value_bytes,
                            "driver_memory": "2g"}, timeout=1800)
+    drop(bootstrap, *topics)
     return list(result["rows_per_s"]), f"{jvm.describe()}"
 
 
@@ -290,6 +340,7 @@ def main() -> None:
             warm = f"bench-broker-warm-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, warm, args.partitions)
             raw_produce(bootstrap, warm, args.rows, args.value_bytes)
+            drop(bootstrap, warm)
         jvm_rates, jvm_desc = spark_jvm_sink(bootstrap, args.rows, args.value_bytes,
                                              args.partitions, args.repeat)
         for i, r in enumerate(jvm_rates):
@@ -309,6 +360,7 @@ def main() -> None:
             warm = f"bench-warm-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, warm, args.partitions)
             sink_write(df, bootstrap, warm, os.path.join(wal, warm), warm, 0, txn)
+            drop(bootstrap, warm)
 
         rk: list[float] = []
         txn_rates: list[float] = []
@@ -318,11 +370,13 @@ def main() -> None:
             topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, topic, args.partitions)
             raw.append(args.rows / raw_produce(bootstrap, topic, args.rows, args.value_bytes))
+            drop(bootstrap, topic)
             print(f"raw producer run {i}: {raw[-1]:,.0f} rows/s", flush=True)
             topic = f"bench-rawh-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, topic, args.partitions)
             raw_hdr.append(args.rows / raw_produce(bootstrap, topic, args.rows, args.value_bytes,
                                                    with_header=True))
+            drop(bootstrap, topic)
             print(f"raw producer + 30-byte header run {i}: {raw_hdr[-1]:,.0f} rows/s", flush=True)
             for txn, rates in ((True, txn_rates), (False, rk)):
                 topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
@@ -330,6 +384,7 @@ def main() -> None:
                 seconds = sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, 0,
                                      txn)
                 rates.append(args.rows / seconds)
+                drop(bootstrap, topic)
                 print(f"spark eo_kafka sink ({'transactional' if txn else 'recovery keys'}) "
                       f"run {i}: {rates[-1]:,.0f} rows/s", flush=True)
         spark.stop()

@@ -26,18 +26,33 @@ ROOT = os.path.dirname(HERE)
 # name -> (script and its arguments, full rows, quick rows, [(ratio key, target or None)])
 BENCHES: dict[str, tuple[str, int, int, list[tuple[str, float | None]]]] = {
     "source": ("source_throughput.py", 1_000_000, 100_000,
-               [("ratio_spark_kafka_source", 1.0), ("ratio_raw_consumer", 0.8)]),
+               [("ratio_spark_kafka_source", 1.5), ("ratio_raw_consumer", 0.8)]),
+    # Many partitions (issue 25): the same reads over 100 and 1,000 partitions.
+    "source_p100": ("source_throughput.py --partitions 100", 1_000_000, 100_000,
+                    [("ratio_spark_kafka_source", 1.0), ("ratio_raw_consumer", 0.8)]),
+    "source_p1000": ("source_throughput.py --partitions 1000", 1_000_000, 100_000,
+                     [("ratio_spark_kafka_source", 2.0), ("ratio_raw_consumer", 0.8)]),
     "jdbc": ("jdbc_throughput.py", 1_000_000, 100_000,
              [("ratio_spark_jdbc", 2.0), ("ratio_raw_copy", 0.5)]),
     "kafka_sink": ("kafka_sink_throughput.py", 1_000_000, 100_000,
                    [("txn_ratio_raw_producer", 0.8), ("txn_ratio_spark_kafka_sink", 1.5),
                     ("rk_ratio_spark_kafka_sink", 1.0)]),
+    "kafka_sink_p1000": ("kafka_sink_throughput.py --partitions 1000", 1_000_000, 100_000,
+                         [("txn_ratio_spark_kafka_sink", 1.5),
+                          ("rk_ratio_spark_kafka_sink", 1.0)]),
     "files": ("file_sink_throughput.py --s3", 2_000_000, 200_000,
               [("ratio_spark_file_sink", 0.9), ("s3_ratio_spark_s3_file_sink", None),
                ("s3_ratio_local_eo_files", None)]),
     # requests and ms per batch of each connector's state on S3 (figures, no ratio target)
     "object_store": ("object_store_commit.py", 40, 20, []),
 }
+
+#: Targets between two benchmarks of one run: (label, numerator (bench, key), denominator
+#: (bench, key), highest allowed ratio).
+CROSS: list[tuple[str, tuple[str, str], tuple[str, str], float]] = [
+    ("peak Python worker RSS, 1,000 partitions / 4 partitions",
+     ("source_p1000", "peak_worker_rss_mb"), ("source", "peak_worker_rss_mb"), 1.5),
+]
 
 
 def rate_keys(result: dict[str, Any], ratio_key: str) -> tuple[str | None, str]:
@@ -97,7 +112,8 @@ def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, qui
     bars: list[tuple[str, float, float]] = []
     for r in results:
         name = r.get("bench", "?")
-        targets = BENCHES.get(r.get("suite_key", name), ("", 0, 0, []))[3]
+        name = r.get("suite_key", name)
+        targets = BENCHES.get(name, ("", 0, 0, []))[3]
         if "error" in r:
             rows.append(f"| {name} | - | - | error: {r['error']} | - | - |")
             continue
@@ -116,13 +132,20 @@ def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, qui
                         f"| {_fmt(ratio, 2)} (target >= {target}) | {ok} |")
             if isinstance(ratio, (int, float)):
                 bars.append((f"{name}\n{key.replace('ratio_', '')}", float(ratio), target))
+    by_key = {r.get("suite_key"): r for r in results if "error" not in r}
+    for label, (a, ka), (b, kb), most in CROSS:
+        x, y = by_key.get(a, {}).get(ka), by_key.get(b, {}).get(kb)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y:
+            ok = "yes" if x / y <= most else "no"
+            rows.append(f"| {label} | - | {_fmt(x, 1)} | {_fmt(y, 1)} | {_fmt(x / y, 2)} "
+                        f"(target <= {most}) | {ok} |")
     extras = []
     for r in results:
         keep = {k: v for k, v in r.items() if not k.endswith("_rows_per_s")
                 and "ratio_" not in k and k not in ("bench", "rows", "tail", "suite_key")}
         if keep:
             figures = ", ".join(f"{k}={v}" for k, v in keep.items())
-            extras.append(f"- **{r.get('bench')}**: {figures}")
+            extras.append(f"- **{r.get('suite_key', r.get('bench'))}**: {figures}")
     today = dt.date.today().isoformat()
     md = [
         "# Benchmarks",

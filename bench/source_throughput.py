@@ -23,9 +23,12 @@ measures, against the same broker and topic in the same run:
 Every reader gets one full-size warm-up run, then ``--repeat`` timed runs; the best run
 counts (the machine may be shared) and the lowest is reported beside it. It also prints the
 peak RSS of Spark's Python workers (``VmHWM`` from /proc, reset before each measurement)
-for ``--rows`` and for ``--rss-rows`` records (default 4x): it must not grow with the
-backlog, since the range reader yields bounded Arrow batches and librdkafka's prefetch is
-capped. The last line is ``RESULT {json}`` (DESIGN.md section 11).
+and their peak thread count for ``--rows`` and for ``--rss-rows`` records (default 4x): they
+must grow neither with the backlog nor with the partition count, since the reader yields
+bounded Arrow batches, librdkafka's prefetch is capped, and a worker keeps a bounded number
+of consumers. Last, the driver's cost of one micro-batch and of one ``KafkaWindows`` window
+over the same topic (``planning_cost``: milliseconds and Kafka requests). The last line is
+``RESULT {json}`` (DESIGN.md section 11).
 
 The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka (bench/_common.py).
 """
@@ -110,7 +113,8 @@ def raw_consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float
 
 
 class WorkerMemory:
-    """Peak RSS (VmHWM) of the Python processes under Spark's JVM, sampled from /proc.
+    """Peak RSS (VmHWM) and peak thread count of the Python processes under Spark's JVM,
+    sampled from /proc (threads every 0.2 s).
 
     :meth:`reset` clears the high-water marks (``/proc/<pid>/clear_refs``), so that one
     measurement's peak does not carry into the next (Spark reuses its Python workers)."""
@@ -118,6 +122,7 @@ class WorkerMemory:
     def __init__(self, root_pid: int) -> None:
         self.root = root_pid
         self.peak_kb = 0
+        self.peak_threads = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -142,6 +147,7 @@ class WorkerMemory:
             except OSError:
                 continue
         self.peak_kb = 0
+        self.peak_threads = 0
 
     def workers(self) -> list[int]:
         children: dict[int, list[int]] = {}
@@ -176,6 +182,8 @@ class WorkerMemory:
                     for line in f:
                         if line.startswith("VmHWM:"):
                             self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+                        elif line.startswith("Threads:"):
+                            self.peak_threads = max(self.peak_threads, int(line.split()[1]))
             except OSError:
                 continue
 
@@ -212,14 +220,17 @@ def profile_read(spark: Any, mem: WorkerMemory, bootstrap: str, topic: str,
     import subprocess
 
     import connectors.kafka.source.range_reader as range_reader
+    import connectors.kafka.source.records as records
 
-    with open(range_reader.__file__) as f:
-        source = list(enumerate(f, 1))
-    lines = {
-        "consume_call": {i for i, text in source if ".consume(" in text and "def " not in text},
-        "message_attributes": {i for i, text in source
-                               if "map(Message." in text or "for m in " in text},
-    }
+    lines: dict[str, set[str]] = {"consume_call": set(), "message_attributes": set()}
+    for module in (range_reader, records):
+        name = os.path.basename(module.__file__ or "")
+        with open(module.__file__ or "") as f:
+            for i, text in enumerate(f, 1):
+                if ".consume(" in text and "def " not in text:
+                    lines["consume_call"].add(f"{name}:{i}")
+                if "map(Message." in text or "for m in " in text:
+                    lines["message_attributes"].add(f"{name}:{i}")
     spies = [subprocess.Popen(["py-spy", "record", "--idle", "--format", "raw", "-r", "200",
                                "-o", f"{out}.{pid}", "-p", str(pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -245,25 +256,126 @@ def profile_read(spark: Any, mem: WorkerMemory, bootstrap: str, topic: str,
     return {k: round(100 * v / total, 1) for k, v in sorted(stages.items())}
 
 
-def _stage(stack: str, lines: dict[str, set[int]]) -> str | None:
+def _stage(stack: str, lines: dict[str, set[str]]) -> str | None:
     """The stage of one sampled stack (None: the worker was not reading a range).
 
     py-spy shows Python frames (``func (file:line)``, root first); time in a C call (the
     consume call, ``pa.array``) is the calling line's."""
     frames = stack.split(";")
-    if not any("read_range" in f for f in frames):
+    if not any("read_ranges" in f for f in frames):
         return "handoff_to_spark" if any("dump_stream" in f for f in frames) else None
     leaf = frames[-1]
-    if "range_reader.py:" in leaf:
-        line = int(leaf.rsplit("range_reader.py:", 1)[1].rstrip(")"))
-        for stage, numbers in lines.items():
-            if line in numbers:
-                return stage
+    where = leaf.rsplit("/", 1)[-1].rstrip(")")
+    for stage, places in lines.items():
+        if where in places:
+            return stage
     if leaf.startswith("<listcomp>"):
         return "message_attributes"
-    if any(f.startswith("_to_batch") for f in frames):
+    if any(f.startswith("to_batch") for f in frames):
         return "arrow_building"
     return "other_read"
+
+
+def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> dict[str, Any]:
+    """The driver's cost of one micro-batch over ``topic`` (no Spark session: the stream
+    reader's own calls, as Spark makes them), and of one ``KafkaWindows`` window.
+
+    Micro-batch: ``latestOffset`` (metadata, ListOffsets of every partition, admission
+    control), ``partitions`` (the plan and the window WAL record) and ``commit`` (the WAL
+    commit marker, the consumer-group commit, retention), ``batches`` of them under a
+    ``maxOffsetsPerTrigger`` that spreads the topic over ``batches`` + 1 windows. Window:
+    ``next_window`` + ``ranges`` + ``commit`` of the planner ``KafkaWindows`` drives. Median
+    milliseconds of the steady batches (the first, which connects, is left out), and the
+    Kafka requests of one batch, counted from librdkafka's protocol debug log."""
+    import collections
+    import logging
+    import re
+    import statistics
+    import tempfile
+
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from connectors.kafka.common import LIBRDKAFKA_LOG
+    from connectors.kafka.source.options import KafkaSourceOptions
+    from connectors.kafka.source.planner import KafkaPlanner
+    from connectors.spark.kafka_source import stream_reader
+
+    sent: collections.Counter[str] = collections.Counter()
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            found = re.search(r"Sent (\w+)Request", record.getMessage())
+            if found:
+                sent[found.group(1)] += 1
+
+    def drain(clusters: Any) -> dict[str, int]:
+        # librdkafka hands its log lines to Python when a client is polled
+        for client in [*clusters._admins.values(), *clusters._committers.values()]:
+            client.poll(0.2)
+        counts = dict(sent)
+        sent.clear()
+        return counts
+
+    handler, level = Count(), LIBRDKAFKA_LOG.level
+    LIBRDKAFKA_LOG.addHandler(handler)
+    LIBRDKAFKA_LOG.setLevel(logging.DEBUG)
+    per = str(max(1, rows // (batches + 1)))
+    base = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+            "startingOffsets": "earliest", "maxOffsetsPerTrigger": per,
+            "kafka.debug": "protocol"}
+    steps: dict[str, list[float]] = collections.defaultdict(list)
+    requests: dict[str, dict[str, int]] = {}
+    try:
+        reader = stream_reader({**base, "walPath": tempfile.mkdtemp(prefix="eo-plan-"),
+                                "kafka.group.id": f"bench-plan-{uuid.uuid4().hex[:8]}"},
+                               None)  # type: ignore[arg-type]
+        start = reader.initialOffset()
+        drain(reader.planner.clusters)
+        for i in range(batches):
+            t0 = time.perf_counter()
+            end = reader.latestOffset(start, ReadMaxRows(int(per)))
+            t1 = time.perf_counter()
+            reader.partitions(start, end)
+            t2 = time.perf_counter()
+            reader.commit(end)
+            t3 = time.perf_counter()
+            counts = drain(reader.planner.clusters)
+            if i:
+                steps["latest_offset"].append(t1 - t0)
+                steps["partitions"].append(t2 - t1)
+                steps["commit"].append(t3 - t2)
+                requests["batch"] = counts
+            start = end
+        reader.stop()
+        opts = KafkaSourceOptions.from_options(
+            {**base, "walPath": tempfile.mkdtemp(prefix="eo-plan-w-"),
+             "kafka.group.id": f"bench-plan-w-{uuid.uuid4().hex[:8]}"}, batch=True)
+        planner = KafkaPlanner(opts)
+        for i in range(batches):
+            t0 = time.perf_counter()
+            w = planner.next_window()
+            if w is None:
+                break
+            planner.ranges(w.start, w.end)
+            t1 = time.perf_counter()
+            planner.commit(w.end, window=w.window)
+            t2 = time.perf_counter()
+            counts = drain(planner.clusters)
+            if i:
+                steps["window_next"].append(t1 - t0)
+                steps["window_commit"].append(t2 - t1)
+                requests["window"] = counts
+        planner.close()
+    finally:
+        LIBRDKAFKA_LOG.removeHandler(handler)
+        LIBRDKAFKA_LOG.setLevel(level)
+    out: dict[str, Any] = {f"plan_{k}_ms": round(1000 * statistics.median(v), 2)
+                           for k, v in steps.items()}
+    out["plan_batch_total_ms"] = round(sum(out[f"plan_{k}_ms"] for k in
+                                           ("latest_offset", "partitions", "commit")), 2)
+    out["plan_requests_per_batch"] = requests.get("batch", {})
+    out["plan_requests_per_window"] = requests.get("window", {})
+    return out
 
 
 def _summary(name: str, rates: list[float]) -> str:
@@ -321,7 +433,9 @@ def main() -> None:
                 print(f"spark eo_kafka run {i}: {ours[-1]:,.0f} rows/s", flush=True)
             mem.sample()
             rss_mb = mem.peak_kb / 1024
+            threads = mem.peak_threads
             rss_big_mb = None
+            threads_big = None
             if rss_rows:
                 big = f"bench-source-rss-{uuid.uuid4().hex[:8]}"
                 create_topic(bootstrap, big, args.partitions)
@@ -330,8 +444,9 @@ def main() -> None:
                 seconds = spark_read(spark, bootstrap, big, None)
                 mem.sample()
                 rss_big_mb = mem.peak_kb / 1024
+                threads_big = mem.peak_threads
                 print(f"spark eo_kafka {rss_rows} records: {rss_rows / seconds:,.0f} rows/s, "
-                      f"peak worker RSS {rss_big_mb:.1f} MB", flush=True)
+                      f"peak worker RSS {rss_big_mb:.1f} MB, {threads_big} threads", flush=True)
             profile = None
             if args.profile:
                 profile = profile_read(spark, mem, bootstrap, topic, args.profile)
@@ -342,6 +457,8 @@ def main() -> None:
         if count != args.rows:
             raise SystemExit(f"eo_kafka read {count} records, expected {args.rows}")
         spark.stop()
+        plan = planning_cost(bootstrap, topic, args.rows)
+        print(f"driver cost per micro-batch: {plan}", flush=True)
         best_ours, best_raw = max(ours), max(raw)
         result: dict[str, Any] = {
             "bench": "source_throughput",
@@ -364,6 +481,9 @@ def main() -> None:
             "peak_worker_rss_mb": round(rss_mb, 1),
             "rss_rows": rss_rows,
             "peak_worker_rss_mb_rss_rows": None if rss_big_mb is None else round(rss_big_mb, 1),
+            "peak_worker_threads": threads,
+            "peak_worker_threads_rss_rows": threads_big,
+            **plan,
             "broker": "env" if broker is None else f"Apache Kafka {broker.version}",
             "partitions": args.partitions,
             "value_bytes": args.value_bytes,
@@ -375,7 +495,8 @@ def main() -> None:
         print(_summary("eo_kafka", ours))
         print(_summary("raw consumer", raw))
         print(f"Python worker peak RSS: {rss_mb:.1f} MB ({args.rows} records), "
-              f"{result['peak_worker_rss_mb_rss_rows']} MB ({rss_rows} records)")
+              f"{result['peak_worker_rss_mb_rss_rows']} MB ({rss_rows} records); peak "
+              f"threads {threads}, {threads_big}")
         print("RESULT " + json.dumps(result), flush=True)
     finally:
         if broker is not None:

@@ -264,52 +264,113 @@ _EVENT: dict[str, Any] = {"timestamp": (0, -1), "latency": 0.0, "leader_epoch": 
                           "delivery_count": 0}
 
 
-class FakeConsumer:
-    """A stand-in for a confluent-kafka ``Consumer`` of one partition (no broker), for the
-    range reader: the log is ``{offset: value}`` (gaps are markers or compacted records),
-    ``high`` the end of the log; ``consume`` returns records from the assigned position
-    and a partition-EOF event at ``high``, as librdkafka does. Records every ``consume``
-    ask in ``asks``."""
-
-    def __init__(self, topic: str, log: dict[int, bytes], high: int, low: int = 0) -> None:
-        self.topic, self.log, self.high, self.low = topic, dict(log), high, low
+class _FakePartition:
+    def __init__(self, log: dict[int, bytes], high: int, low: int) -> None:
+        self.log, self.high, self.low = dict(log), high, low
         self.position: int | None = None
+        self.paused = False
+        self.eof_sent = False
+        self.failed = False  # an offset error stops the partition until it is assigned again
+
+
+class FakeConsumer:
+    """A stand-in for a confluent-kafka ``Consumer`` (no broker), for the range reader.
+
+    ``FakeConsumer(topic, log, high, low=0)`` holds partition 0 of ``topic``;
+    :meth:`partitions` makes one of several: each log is ``{offset: value}`` (gaps are
+    markers or compacted records), ``high`` the end of the log. ``consume`` serves the
+    assigned, unpaused partitions in rounds of up to ``chunk`` records each, in
+    ``reversed`` partition order when asked (as fetch responses interleave), with a
+    partition-EOF event at ``high``, as librdkafka does. Records every ``consume`` ask in
+    ``asks``, every pause in ``pauses`` and every incremental unassign in ``unassigned``."""
+
+    def __init__(self, topic: str, log: dict[int, bytes], high: int, low: int = 0,
+                 *, chunk: int = 1 << 30, reverse: bool = False) -> None:
+        self.parts = {(topic, 0): _FakePartition(log, high, low)}
+        self.topic = topic
+        self.chunk, self.reverse = chunk, reverse
         self.asks: list[int] = []
-        self._eof_sent = False
+        self.pauses: list[tuple[str, int]] = []
+        self.unassigned: list[tuple[str, int]] = []
+
+    @classmethod
+    def partitions(cls, logs: dict[tuple[str, int], tuple[dict[int, bytes], int]],
+                   **kw: Any) -> FakeConsumer:
+        """``{(topic, partition): (log, high)}``."""
+        fake = cls("", {}, 0, **kw)
+        fake.parts = {tp: _FakePartition(log, high, 0) for tp, (log, high) in logs.items()}
+        return fake
 
     def assign(self, tps: list[Any]) -> None:
-        self.position = tps[0].offset
-        self._eof_sent = False
+        self.unassign()
+        self.incremental_assign(tps)
+
+    def incremental_assign(self, tps: list[Any]) -> None:
+        for tp in tps:
+            part = self.parts[(tp.topic, tp.partition)]
+            part.position, part.eof_sent, part.failed = tp.offset, False, False
+
+    def incremental_unassign(self, tps: list[Any]) -> None:
+        for tp in tps:
+            self.parts[(tp.topic, tp.partition)].position = None
+            self.unassigned.append((tp.topic, tp.partition))
 
     def unassign(self) -> None:
-        self.position = None
+        for part in self.parts.values():
+            part.position = None
+
+    def pause(self, tps: list[Any]) -> None:
+        for tp in tps:
+            self.parts[(tp.topic, tp.partition)].paused = True
+            self.pauses.append((tp.topic, tp.partition))
+
+    def resume(self, tps: list[Any]) -> None:
+        for tp in tps:
+            self.parts[(tp.topic, tp.partition)].paused = False
 
     def consume(self, num_messages: int, timeout: float) -> list[Any]:
         from confluent_kafka import KafkaError, Message
 
         self.asks.append(num_messages)
-        if self.position is None:
-            return []
-        if self.position < self.low:
-            return [Message(topic=self.topic, partition=0, offset=self.position,
-                            error=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE), **_EVENT)]
         out: list[Any] = []
-        while len(out) < num_messages and self.position < self.high:
-            off = self.position
-            self.position += 1
-            if off in self.log:
-                out.append(Message(topic=self.topic, partition=0, offset=off, key=None,
-                                   value=self.log[off], timestamp=(1, 1_700_000_000_000 + off),
-                                   latency=0.0, leader_epoch=0, delivery_count=0))
-        if len(out) < num_messages and self.position >= self.high and not self._eof_sent:
-            self._eof_sent = True
-            out.append(Message(topic=self.topic, partition=0, offset=self.high,
-                               error=KafkaError(KafkaError._PARTITION_EOF), **_EVENT))
+        order = sorted(self.parts, reverse=self.reverse)
+        progress = True
+        while len(out) < num_messages and progress:
+            progress = False
+            for (topic, partition) in order:
+                part = self.parts[(topic, partition)]
+                if (part.position is None or part.paused or part.failed
+                        or len(out) >= num_messages):
+                    continue
+                if part.position < part.low:
+                    part.failed = True
+                    out.append(Message(topic=topic, partition=partition, offset=part.position,
+                                       error=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE),
+                                       **_EVENT))
+                    continue
+                served = 0
+                while (len(out) < num_messages and served < self.chunk
+                       and part.position < part.high):
+                    off = part.position
+                    part.position += 1
+                    if off in part.log:
+                        served += 1
+                        out.append(Message(topic=topic, partition=partition, offset=off,
+                                           key=None, value=part.log[off],
+                                           timestamp=(1, 1_700_000_000_000 + off),
+                                           latency=0.0, leader_epoch=0, delivery_count=0))
+                progress = progress or served > 0
+                if (len(out) < num_messages and part.position >= part.high
+                        and not part.eof_sent):
+                    part.eof_sent = True
+                    out.append(Message(topic=topic, partition=partition, offset=part.high,
+                                       error=KafkaError(KafkaError._PARTITION_EOF), **_EVENT))
         return out
 
     def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False
                               ) -> tuple[int, int]:
-        return self.low, self.high
+        part = self.parts[(tp.topic, tp.partition)]
+        return part.low, part.high
 
     def close(self) -> None:
         pass

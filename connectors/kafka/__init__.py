@@ -11,10 +11,9 @@ def close_cached_clients() -> None:
     a test session) that stops using a cluster: librdkafka clients otherwise keep
     reconnecting to it, and log each failed attempt, until the process exits. The next read
     or write creates new ones."""
-    from connectors.kafka.sink.commit_facts import close_cached_fact_writers
-    from connectors.kafka.sink.producers import close_cached_producers
-    from connectors.kafka.source.range_reader import close_cached_consumers
+    import connectors.kafka.sink.commit_facts  # noqa: F401 - registers its cache
+    import connectors.kafka.sink.producers  # noqa: F401 - registers its caches
+    import connectors.kafka.source.range_reader  # noqa: F401 - registers its cache
+    from connectors.kafka.common import close_client_caches
 
-    close_cached_consumers()
-    close_cached_producers()
-    close_cached_fact_writers()
+    close_client_caches()

@@ -21,14 +21,21 @@ both import, so that neither imports the other.
   default 60 s), then fails with one error that names the request, the topic-partitions and
   the last error. Anything else fails at once. A cluster that does not answer its first
   request within ``connectTimeout`` fails with :func:`unreachable`'s message.
+- :class:`ClientCache`, the one cache of the librdkafka clients a process keeps between
+  tasks (the source's consumers; the sink's producers, admin clients and commit-fact
+  consumers): bounded in count, least recently used closed first, idle ones closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Generic, TypeVar
 
 from connectors.core.declared import DURATION, Opt
 from connectors.core.errors import ConnectorError
@@ -165,3 +172,256 @@ def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException,
         "port, firewall, advertised.listeners); a TLS/SASL mismatch (kafka.security.protocol, "
         "kafka.sasl.mechanism); or failed authentication (kafka.sasl.username/password)"
     )
+
+
+# -- the clients a process keeps between tasks --------------------------------------------------
+C = TypeVar("C")
+
+#: Seconds a cached client may stay unused before it is closed (see :class:`ClientCache`).
+CLIENT_IDLE_SECONDS = 120.0
+
+
+class ClientCache(Generic[C]):
+    """The librdkafka clients of one kind that a process keeps between tasks, by key.
+
+    Spark reuses its Python workers across tasks, so a client made for one task serves the
+    next one with the same configuration without a new connection. Every librdkafka client
+    brings its own threads (one per broker, plus two), sockets and buffers, so the cache
+    bounds them:
+
+    - at most ``size`` clients; the least recently used one that no task holds is closed to
+      make room (a client a task holds is never closed under it);
+    - a client unused for ``idle_seconds`` is closed, by a reaper thread (one per process),
+      so an idle worker does not keep connections, threads and reconnect attempts to a
+      cluster it stopped reading.
+
+    A task takes a client with :meth:`lease` (a context manager) and gives it back at the
+    end; :meth:`discard` closes a client whose state an error made unknown once its lease
+    ends. Keys are whatever identifies the configuration (sorted items of the conf).
+    """
+
+    def __init__(self, kind: str, size: int, close: Callable[[C], None],
+                 idle_seconds: float = CLIENT_IDLE_SECONDS) -> None:
+        self.kind, self.size, self.idle_seconds = kind, size, idle_seconds
+        self._close = close
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[Hashable, _Entry[C]] = OrderedDict()
+        _CACHES.append(self)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._clients)
+
+    @contextlib.contextmanager
+    def lease(self, key: Hashable, make: Callable[[], C]) -> Iterator[C]:
+        """The cached client for ``key`` (made with ``make()`` on first use), held by the
+        caller until the ``with`` block ends."""
+        entry = self._acquire(key, make)
+        try:
+            yield entry.client
+        finally:
+            self._release(entry)
+
+    def acquire(self, key: Hashable, make: Callable[[], C]) -> Lease[C]:
+        """:meth:`lease` for a holder that spans several calls (a task attempt's hooks):
+        ``Lease.client`` until ``Lease.release()``."""
+        return Lease(self, self._acquire(key, make))
+
+    def put(self, key: Hashable, client: C) -> None:
+        """Cache ``client`` under ``key`` (tests put stand-ins this way)."""
+        evicted = []
+        with self._lock:
+            old = self._clients.pop(key, None)
+            if old is not None and old.leases == 0:
+                evicted.append(old)
+            self._clients[key] = _Entry(client)
+            evicted.extend(self._make_room())
+        self._close_all(evicted)
+
+    def discard(self, key: Hashable) -> None:
+        """Forget the client of ``key`` (an error left it in an unknown state): closed now,
+        or when the task holding it gives it back."""
+        with self._lock:
+            entry = self._clients.pop(key, None)
+            if entry is None:
+                return
+            entry.discarded = True
+            if entry.leases:
+                return
+        self._close_all([entry])
+
+    def clear(self) -> None:
+        """Close every client no task holds; forget the rest (closed when given back)."""
+        with self._lock:
+            entries = list(self._clients.values())
+            self._clients.clear()
+            idle = []
+            for e in entries:
+                e.discarded = True
+                if not e.leases:
+                    idle.append(e)
+        self._close_all(idle)
+
+    def _forget(self, entry: _Entry[C]) -> None:
+        with self._lock:
+            for key, cached in list(self._clients.items()):
+                if cached is entry:
+                    del self._clients[key]
+
+    def reap(self, now: float | None = None) -> int:
+        """Close the clients unused for ``idle_seconds``; return how many."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            stale = [k for k, e in self._clients.items()
+                     if not e.leases and now - e.last_used >= self.idle_seconds]
+            entries = [self._clients.pop(k) for k in stale]
+        self._close_all(entries)
+        return len(entries)
+
+    def _acquire(self, key: Hashable, make: Callable[[], C]) -> _Entry[C]:
+        _Reaper.ensure()
+        with self._lock:
+            entry = self._clients.get(key)
+            if entry is not None:
+                self._clients.move_to_end(key)
+                entry.leases += 1
+                return entry
+        made = _Entry(make())  # outside the lock: a new client may take a while
+        with self._lock:
+            entry = self._clients.get(key)
+            spare = [] if entry is None else [made]  # another thread made one first
+            if entry is None:
+                entry = self._clients[key] = made
+            else:
+                self._clients.move_to_end(key)
+            entry.leases += 1
+            evicted = self._make_room()
+        self._close_all(spare + evicted)
+        return entry
+
+    def _release(self, entry: _Entry[C]) -> None:
+        with self._lock:
+            entry.leases -= 1
+            entry.last_used = time.monotonic()
+            closing = entry.discarded and entry.leases == 0
+            evicted = [] if closing else self._make_room()
+        self._close_all(([entry] if closing else []) + evicted)
+
+    def _make_room(self) -> list[_Entry[C]]:
+        """Under the lock: drop least recently used idle clients while over ``size``."""
+        out = []
+        over = len(self._clients) - self.size
+        for key in list(self._clients):
+            if over <= 0:
+                break
+            if self._clients[key].leases == 0:
+                out.append(self._clients.pop(key))
+                over -= 1
+        return out
+
+    def _close_all(self, entries: list[_Entry[C]]) -> None:
+        for e in entries:
+            try:
+                self._close(e.client)
+            except Exception as exc:  # noqa: BLE001 - a client we are discarding anyway
+                log.debug("closing a cached %s: %s", self.kind, exc)
+
+    def _forget_after_fork(self) -> None:
+        # A forked child must neither use nor close its parent's librdkafka handles (their
+        # threads did not survive the fork).
+        self._lock = threading.Lock()
+        self._clients = OrderedDict()
+
+
+class Lease(Generic[C]):
+    """A client held from :meth:`ClientCache.acquire` until :meth:`release` (idempotent)."""
+
+    def __init__(self, cache: ClientCache[C], entry: _Entry[C]) -> None:
+        self._cache, self._entry = cache, entry
+        self.client = entry.client
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._cache._release(self._entry)
+
+    def discard(self) -> None:
+        """Give the client back to be closed (an error left it in an unknown state)."""
+        self._entry.discarded = True
+        self._cache._forget(self._entry)
+        self.release()
+
+
+class _Entry(Generic[C]):
+    __slots__ = ("client", "leases", "last_used", "discarded")
+
+    def __init__(self, client: C) -> None:
+        self.client = client
+        self.leases = 0
+        self.last_used = time.monotonic()
+        self.discarded = False
+
+
+_CACHES: list[ClientCache[Any]] = []
+
+
+def cached_client_counts() -> dict[str, int]:
+    """``{kind: clients cached}`` of every client cache of this process."""
+    counts: dict[str, int] = {}
+    for cache in _CACHES:
+        counts[cache.kind] = counts.get(cache.kind, 0) + len(cache)
+    return counts
+
+
+def client_bounds() -> dict[str, int]:
+    """``{kind: the most clients that kind keeps}`` (what :func:`cached_client_counts` may
+    reach)."""
+    bounds: dict[str, int] = {}
+    for cache in _CACHES:
+        bounds[cache.kind] = bounds.get(cache.kind, 0) + cache.size
+    return bounds
+
+
+def close_client_caches() -> None:
+    """Close every cached client of this process (``connectors.kafka.close_cached_clients``)."""
+    for cache in _CACHES:
+        cache.clear()
+
+
+class _Reaper:
+    """One daemon thread per process closes idle clients of every cache."""
+
+    _thread: threading.Thread | None = None
+    _pid = 0
+    _lock = threading.Lock()
+
+    @classmethod
+    def ensure(cls) -> None:
+        if cls._thread is not None and cls._pid == os.getpid():
+            return
+        with cls._lock:
+            if cls._thread is not None and cls._pid == os.getpid():
+                return
+            cls._pid = os.getpid()
+            cls._thread = threading.Thread(target=cls._run, name="eo-kafka-client-reaper",
+                                           daemon=True)
+            cls._thread.start()
+
+    @staticmethod
+    def _run() -> None:
+        while True:
+            wait = min((c.idle_seconds for c in _CACHES), default=CLIENT_IDLE_SECONDS)
+            time.sleep(min(5.0, max(0.05, wait / 4)))
+            for cache in list(_CACHES):
+                cache.reap()
+
+
+def _after_fork_in_child() -> None:
+    _Reaper._thread = None
+    _Reaper._lock = threading.Lock()
+    for cache in _CACHES:
+        cache._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -13,7 +13,8 @@ out, here and nowhere else; the planner works on typed offsets only.
 Exactly-once reading: ``partitions(start, end)`` is a pure function of the offsets Spark
 stores in its offset log, so a replayed batch reads the same records into the same Spark
 partitions. Each Spark partition reads one Kafka partition range (or a slice of one, with
-``minPartitions``/``maxRecordsPerPartition``).
+``minPartitions``/``maxRecordsPerPartition``), or a group of small ranges with one consumer
+(``targetRecordsPerPartition``; docs/kafka-source.md, "Many partitions").
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from connectors.kafka.common import SHARED_OPTIONS
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 from connectors.kafka.source.offsets import TP, OffsetRange, clamp_offsets, total_records
 from connectors.kafka.source.planner import KafkaPlanner, KafkaSourceOptions
-from connectors.kafka.source.range_reader import read_range, spark_schema_ddl
+from connectors.kafka.source.range_reader import read_ranges, spark_schema_ddl
 
 log = logging.getLogger(__name__)
 
@@ -78,22 +79,22 @@ def batch_reader(options: dict[str, str], schema: StructType) -> DataSourceReade
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark partition: one offset range of one Kafka partition (picklable)."""
+    """One Spark partition: the offset ranges one consumer reads, in order (picklable)."""
 
-    def __init__(self, r: OffsetRange) -> None:
-        super().__init__(r)
-        self.range = r
+    def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    r: OffsetRange | None = getattr(partition, "range", None)
-    if r is None:
+    ranges: tuple[OffsetRange, ...] | None = getattr(partition, "ranges", None)
+    if not ranges:
         # partitions() planned nothing (an empty window); Spark still runs one task with
         # a plain InputPartition.
         return iter(())
-    cluster = opts.cluster(r.cluster)
-    batches = read_range(
-        r,
+    cluster = opts.cluster(ranges[0].cluster)
+    batches = read_ranges(
+        ranges,
         cluster.reader_conf(opts.group_id),
         include_headers=opts.include_headers,
         cluster=(cluster.name if opts.multi_cluster else None),
@@ -128,7 +129,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     checkpoint (the offset log drives replays) and an exactly-once sink.
 
     Unit of parallelism: one Spark partition per Kafka partition range per micro-batch
-    (more with minPartitions/maxRecordsPerPartition). The driver-side state (clients, the
+    (more with minPartitions/maxRecordsPerPartition), small ranges grouped into one Spark
+    partition up to targetRecordsPerPartition records. The driver-side state (clients, the
     AvailableNow target, the trigger clock) lives in Spark's long-lived planner process;
     the object is pickled to executors, where only ``read`` runs.
     """
@@ -217,11 +219,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning and reading --------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         start_map, end_map = self.opts.decode(start), self.opts.decode(end)
-        ranges = self.planner.ranges(start_map, end_map)
+        groups = self.planner.ranges(start_map, end_map)
         window = self.planner.record_window(start_map, end_map)
-        log.info("eo_kafka: window %s: %d ranges, %d offsets", window, len(ranges),
-                 sum(r.size for r in ranges))
-        return [KafkaInputPartition(r) for r in ranges]
+        log.info("eo_kafka: window %s: %d Spark partitions, %d ranges, %d offsets", window,
+                 len(groups), sum(len(g) for g in groups), sum(r.size for g in groups for r in g))
+        return [KafkaInputPartition(g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return _read(self.opts, partition)
@@ -248,7 +250,7 @@ class KafkaBatchReader(DataSourceReader):
         if opts.window is None:
             self.planner.check_wal()
 
-    def _ranges(self) -> list[OffsetRange]:
+    def _ranges(self) -> list[tuple[OffsetRange, ...]]:
         p = self.planner
         if self.opts.window is not None:
             w = p.window(self.opts.window)

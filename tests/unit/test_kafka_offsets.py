@@ -13,6 +13,7 @@ from connectors.kafka.source.offsets import (
     clamp_offsets,
     decode_offsets,
     encode_offsets,
+    group_ranges,
     limit_offsets,
     parse_partition_offsets,
     plan_ranges,
@@ -141,6 +142,66 @@ def test_split_max_records_per_partition() -> None:
     assert [r.size for r in out if r.partition == 0] == [833, 833, 834]
     assert all(r.size <= 1000 for r in out)
     _assert_covers(ranges, out)
+
+
+# -- grouping small ranges (many partitions) --------------------------------------------------
+def test_group_many_small_partitions_into_few_spark_partitions() -> None:
+    ranges = [OffsetRange("", T, p, 0, 1000) for p in range(1000)]
+    groups = group_ranges(ranges, 100_000)
+    assert len(groups) == 10
+    assert [len(g) for g in groups] == [100] * 10
+    assert [r for g in groups for r in g] == sorted(ranges)  # in order, each range once
+
+
+def test_group_keeps_large_ranges_alone() -> None:
+    big = [OffsetRange("", T, p, 0, 250_000) for p in range(4)]
+    small = [OffsetRange("", T, p, 0, 10) for p in range(4, 8)]
+    groups = group_ranges(big + small, 100_000)
+    assert groups == [(r,) for r in big] + [tuple(small)]
+    assert group_ranges(big + small, 0) == [(r,) for r in sorted(big + small)]  # off
+
+
+def test_group_respects_max_records_and_min_partitions() -> None:
+    ranges = [OffsetRange("", T, p, 0, 100) for p in range(100)]
+    groups = group_ranges(ranges, 100_000, max_records=1000)
+    assert len(groups) == 10 and all(sum(r.size for r in g) <= 1000 for g in groups)
+    assert len(group_ranges(ranges, 100_000, min_groups=7)) >= 7
+    # minPartitions split these; grouping must not undo it
+    pieces = split_ranges([OffsetRange("", T, 0, 0, 5), OffsetRange("", T, 1, 0, 5),
+                           OffsetRange("", T, 2, 0, 90)], min_partitions=4)
+    assert len(group_ranges(pieces, 100_000, min_groups=4)) >= 4
+
+
+def test_a_group_has_one_cluster_and_distinct_partitions() -> None:
+    ranges = [OffsetRange(c, T, p, 0, 10) for c in ("east", "west") for p in range(3)]
+    ranges += [OffsetRange("east", T, 0, 10, 20)]  # a second piece of east/topic-0
+    for g in group_ranges(ranges, 100_000):
+        assert len({r.cluster for r in g}) == 1
+        assert len({r.tp for r in g}) == len(g)
+    assert sum(len(g) for g in group_ranges(ranges, 100_000)) == len(ranges)
+
+
+def test_grouping_is_pure_and_covers_every_offset() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        ranges = [
+            OffsetRange(rng.choice(["", "x"]), f"t{rng.randint(0, 2)}", p, s,
+                        s + rng.randint(0, 5000))
+            for p, s in enumerate(rng.randint(0, 10**6) for _ in range(rng.randint(1, 40)))
+        ]
+        min_p = rng.choice([None, 1, 3, 8, 50])
+        max_r = rng.choice([None, 7, 300, 10**6])
+        target = rng.choice([0, 1, 500, 3000, 100_000])
+        pieces = split_ranges(ranges, min_p, max_r)
+        a = group_ranges(pieces, target, min_groups=min_p, max_records=max_r)
+        b = group_ranges(list(reversed(pieces)), target, min_groups=min_p, max_records=max_r)
+        assert a == b
+        _assert_covers(ranges, [r for g in a for r in g])
+        for g in a:
+            if len(g) > 1:
+                assert sum(r.size for r in g) <= min(target, max_r or target)
+        if min_p is not None and len(pieces) >= min_p:
+            assert len(a) >= min_p
 
 
 def test_split_is_pure_and_deterministic() -> None:

@@ -128,6 +128,16 @@ def test_limits() -> None:
     assert e.option == "minOffsetsPerTrigger"
 
 
+def test_target_records_per_partition() -> None:
+    assert parse().target_records_per_partition == 100_000
+    assert parse(targetRecordsPerPartition="5000").target_records_per_partition == 5000
+    assert parse(targetRecordsPerPartition="0").target_records_per_partition == 0  # off
+    e = error(targetRecordsPerPartition="-1")
+    assert e.option == "targetRecordsPerPartition" and ">= 0" in str(e)
+    assert error(targetRecordsPerPartition="many").option == "targetRecordsPerPartition"
+    assert "targetRecordsPerPartition" in str(error(targetRecordPerPartition="10"))
+
+
 def test_booleans() -> None:
     o = parse(failOnDataLoss="false", includeHeaders="true")
     assert not o.fail_on_data_loss and o.include_headers

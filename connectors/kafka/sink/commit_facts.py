@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka.common import FAMILY, retrying
+from connectors.kafka.common import FAMILY, ClientCache, Lease, retrying
 from connectors.kafka.sink import producers
 
 log = logging.getLogger(__name__)
@@ -76,50 +74,31 @@ class CommitFact:
 def read_fact(conf: Any, sink_id: str, writer: int, topics: list[str], batch_id: int,
               timeout: float) -> CommitFact | None:
     """The fact of (batch_id, writer) when its transaction committed, else None."""
-    return fact_writer(conf, sink_id, writer).read(topics, batch_id, timeout)
+    lease = fact_writer(conf, sink_id, writer)
+    try:
+        return lease.client.read(topics, batch_id, timeout)
+    finally:
+        lease.release()
 
 
 # -- per-worker cache: a FactWriter per (producer configuration, group) ------------------------
 #: A new client costs a connection set-up (~60 ms on loopback) per task attempt; a worker
-#: keeps the fact clients of the writer partitions it served last.
-MAX_CACHED = 16
-_LOCK = threading.Lock()
-_CACHE: OrderedDict[tuple[Any, ...], FactWriter] = OrderedDict()
+#: keeps the fact clients of the writer partitions it served last (each is a librdkafka
+#: consumer with its own threads, so not many).
+MAX_CACHED = 8
+_CACHE: ClientCache[FactWriter] = ClientCache("commit-fact", MAX_CACHED,
+                                              lambda facts: facts.close())
 
 
-def fact_writer(conf: Any, sink_id: str, writer: int) -> FactWriter:
-    """The worker's :class:`FactWriter` of (sink_id, writer), created on first use."""
+def fact_writer(conf: Any, sink_id: str, writer: int) -> Lease[FactWriter]:
+    """The worker's :class:`FactWriter` of (sink_id, writer), created on first use, held
+    until ``Lease.release()`` (``Lease.discard()`` after an error)."""
     key = (tuple(sorted((k, str(v)) for k, v in conf.items())), sink_id, writer)
-    evicted: list[FactWriter] = []
-    with _LOCK:
-        facts = _CACHE.get(key)
-        if facts is None:
-            facts = FactWriter(conf, sink_id, writer)
-            _CACHE[key] = facts
-            while len(_CACHE) > MAX_CACHED:
-                evicted.append(_CACHE.popitem(last=False)[1])
-        else:
-            _CACHE.move_to_end(key)
-    for old in evicted:
-        old.close()
-    return facts
-
-
-def drop_fact_writer(facts: FactWriter) -> None:
-    """Forget (and close) a fact client after an error left it in an unknown state."""
-    with _LOCK:
-        for key, cached in list(_CACHE.items()):
-            if cached is facts:
-                del _CACHE[key]
-    facts.close()
+    return _CACHE.acquire(key, lambda: FactWriter(conf, sink_id, writer))
 
 
 def close_cached_fact_writers() -> None:
-    with _LOCK:
-        cached = list(_CACHE.values())
-        _CACHE.clear()
-    for facts in cached:
-        facts.close()
+    _CACHE.clear()
 
 
 class FactWriter:

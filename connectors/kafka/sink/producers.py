@@ -4,22 +4,24 @@
   section 6, "Producer"); ``check_producer_config`` refuses user settings that break it
   unless ``unsafe=true``; ``transactional_id`` names a task's transactional producer.
 - **Caching.** Python workers are reused across tasks, so the recovery-key mode keeps one
-  idempotent producer (and one admin client) per configuration; the transactional mode
-  makes one producer per task attempt (``transactional_producer``) and closes it after.
-  ``close_cached_producers`` releases what a process cached.
+  idempotent producer (and one admin client) per configuration, in bounded
+  client caches (``ClientCache``: ``MAX_PRODUCERS``, ``MAX_ADMINS``; idle
+  ones closed); the transactional mode makes one producer per task attempt
+  (``transactional_producer``) and closes it after. ``close_cached_producers`` releases
+  what a process cached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from connectors.core.errors import OptionError
 from connectors.core.options import RedactedDict
-from connectors.kafka.common import FAMILY, LIBRDKAFKA_LOG
+from connectors.kafka.common import FAMILY, LIBRDKAFKA_LOG, ClientCache, Lease
 
 log = logging.getLogger(__name__)
 
@@ -198,62 +200,62 @@ class ProducerSlot:
             self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
 
-_CACHE_LOCK = threading.Lock()
-_PRODUCERS: dict[tuple[tuple[str, str], ...], ProducerSlot] = {}
-_ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
+#: Idempotent producers a worker keeps (one per sink configuration it wrote with).
+MAX_PRODUCERS = 4
+#: Admin clients a worker keeps (metadata and ListOffsets of the sink's targets).
+MAX_ADMINS = 4
 
 
 def _conf_key(conf: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in conf.items()))
 
 
-def admin(conf: Mapping[str, str], auto_create: bool = False) -> Any:
-    """The worker's admin client for a producer configuration (metadata, ListOffsets).
+def _close_slot(slot: ProducerSlot) -> None:
+    close_producer(slot.producer, 5.0)
+
+
+def _drop(_client: Any) -> None:
+    """AdminClient has no close(): the cache dropping the last reference destroys it."""
+
+
+_PRODUCERS: ClientCache[ProducerSlot] = ClientCache("producer", MAX_PRODUCERS, _close_slot)
+_ADMINS: ClientCache[Any] = ClientCache("admin", MAX_ADMINS, _drop)
+
+
+@contextlib.contextmanager
+def admin(conf: Mapping[str, str], auto_create: bool = False) -> Iterator[Any]:
+    """The worker's admin client for a producer configuration (metadata, ListOffsets),
+    held for the ``with`` block.
 
     Its metadata requests create a missing topic (when the broker allows it) only with
     ``auto_create``: librdkafka's admin client is a producer handle, for which
     ``allow.auto.create.topics`` defaults to true."""
-    key = (*_conf_key(conf), ("\0auto_create", str(auto_create)))
-    with _CACHE_LOCK:
-        client = _ADMINS.get(key)
-        if client is None:
-            from confluent_kafka.admin import AdminClient
 
-            admin_conf: dict[str, Any] = {k: v for k, v in conf.items()
-                                          if k not in _PRODUCER_ONLY}
-            admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
-            # Often the first client of a short-lived process (the driver's planner worker).
-            admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
-            admin_conf["logger"] = LIBRDKAFKA_LOG
-            client = AdminClient(admin_conf)
-            _ADMINS[key] = client
-        return client
+    def make() -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        admin_conf: dict[str, Any] = {k: v for k, v in conf.items() if k not in _PRODUCER_ONLY}
+        admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
+        # Often the first client of a short-lived process (the driver's planner worker).
+        admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
+        admin_conf["logger"] = LIBRDKAFKA_LOG
+        return AdminClient(admin_conf)
+
+    with _ADMINS.lease((*_conf_key(conf), ("\0auto_create", str(auto_create))), make) as c:
+        yield c
 
 
-def cached_producer(conf: Mapping[str, str]) -> ProducerSlot:
-    key = _conf_key(conf)
-    with _CACHE_LOCK:
-        slot = _PRODUCERS.get(key)
-        if slot is None:
-            slot = ProducerSlot(conf)
-            _PRODUCERS[key] = slot
-        return slot
+def cached_producer(conf: Mapping[str, str]) -> Lease[ProducerSlot]:
+    """The worker's idempotent producer for ``conf``, held until ``Lease.release()``
+    (``Lease.discard()`` after an error)."""
+    return _PRODUCERS.acquire(_conf_key(conf), lambda: ProducerSlot(conf))
 
 
-def evict_producer(conf: Mapping[str, str]) -> None:
-    with _CACHE_LOCK:
-        _PRODUCERS.pop(_conf_key(conf), None)
-
-
-def close_cached_producers(timeout: float = 5.0) -> None:
-    """Flush (up to ``timeout`` seconds each) and drop every producer and admin client this
-    process cached (see ``connectors.kafka.close_cached_clients``)."""
-    with _CACHE_LOCK:
-        slots = list(_PRODUCERS.values())
-        _PRODUCERS.clear()
-        _ADMINS.clear()
-    for slot in slots:
-        close_producer(slot.producer, timeout)
+def close_cached_producers() -> None:
+    """Flush (up to 5 s each) and close every producer and admin client this process
+    cached (see ``connectors.kafka.close_cached_clients``)."""
+    _PRODUCERS.clear()
+    _ADMINS.clear()
 
 
 def close_producer(producer: Any, timeout: float) -> None:

@@ -16,7 +16,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka.common import FAMILY
+from connectors.kafka.common import FAMILY, Lease
 from connectors.kafka.sink import producers, recovery
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.producers import ProducerSlot
@@ -39,6 +39,7 @@ class RecoveryKeyWriter(KafkaWriter):
         super().__init__(options, state, task)
         self.markers = recovery.MarkerStore(state.storage, state.root, state)
         self.marker: recovery.StartedMarker | None = None
+        self.lease: Lease[ProducerSlot] | None = None
 
     def header_prefix(self) -> bytes:
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
@@ -119,7 +120,8 @@ class RecoveryKeyWriter(KafkaWriter):
             consumer.close()
 
     def open_producer(self) -> ProducerSlot:
-        slot = producers.cached_producer(self.options.producer_conf)
+        self.lease = producers.cached_producer(self.options.producer_conf)
+        slot = self.lease.client
         # Anything a failed earlier task left in this worker's producer must be settled
         # before this task scans, or the scan could miss records still in flight.
         slot.producer.flush(self.options.flush_timeout)
@@ -132,4 +134,9 @@ class RecoveryKeyWriter(KafkaWriter):
         left = slot.producer.flush(min(self.options.flush_timeout, 30.0))
         if left:
             slot.producer.purge()
-        producers.evict_producer(self.options.producer_conf)
+        if self.lease is not None:
+            self.lease.discard()
+
+    def release(self, slot: ProducerSlot) -> None:
+        if self.lease is not None:
+            self.lease.release()  # back to the worker's cache (closed there if discarded)

@@ -38,7 +38,8 @@ def check_reachable(options: KafkaSinkOptions) -> None:
     not the whole cluster's (which is large on a cluster with many topics)."""
     timeout = options.connect_timeout
     try:
-        producers.admin(options.producer_conf).list_topics(topic=options.topic, timeout=timeout)
+        with producers.admin(options.producer_conf) as admin:
+            admin.list_topics(topic=options.topic, timeout=timeout)
     except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
         raise KafkaSinkError(unreachable(
             f"{FAMILY} sink {options.sink_id}", options.producer_conf.get("bootstrap.servers"),
@@ -79,10 +80,9 @@ def _await_topic(options: KafkaSinkOptions, topic: str, grace: float,
     it unknown (KRaft propagates a new topic asynchronously); None if it stays unknown."""
     from confluent_kafka import KafkaError, KafkaException
 
-    admin = producers.admin(options.producer_conf, auto_create=auto_create)
-
     def metadata() -> Any:
-        info = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
+        with producers.admin(options.producer_conf, auto_create=auto_create) as admin:
+            info = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
         if info is not None and info.error is not None and is_transient(
                 KafkaException(info.error)):
             # A topic created a moment ago has no leader yet: ask again.

@@ -24,7 +24,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka.common import FAMILY
+from connectors.kafka.common import FAMILY, Lease
 from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.producers import ProducerSlot
@@ -53,6 +53,7 @@ class TransactionalWriter(KafkaWriter):
     def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
         super().__init__(options, state, task)
         self.facts: commit_facts.FactWriter | None = None
+        self.facts_lease: Lease[commit_facts.FactWriter] | None = None
         self.topics: list[str] = []
         self.in_txn = False
 
@@ -71,10 +72,16 @@ class TransactionalWriter(KafkaWriter):
     def open_producer(self) -> ProducerSlot:
         # Both clients are created here and connect in the background while the rows are
         # shaped; recover() then fences and reads.
-        self.facts = commit_facts.fact_writer(self.options.producer_conf, self.sink_id,
-                                          self.task.writer_id)
-        return producers.transactional_producer(
-            self.options.producer_conf, self.sink_id, self.task.writer_id)
+        self.facts_lease = commit_facts.fact_writer(self.options.producer_conf, self.sink_id,
+                                                    self.task.writer_id)
+        self.facts = self.facts_lease.client
+        try:
+            return producers.transactional_producer(
+                self.options.producer_conf, self.sink_id, self.task.writer_id)
+        except BaseException:
+            self.facts_lease.release()
+            self.facts_lease, self.facts = None, None
+            raise
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         topic = self.options.topic
@@ -167,9 +174,9 @@ class TransactionalWriter(KafkaWriter):
         failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
 
     def on_failure(self, slot: ProducerSlot) -> None:
-        if self.facts is not None:
-            commit_facts.drop_fact_writer(self.facts)  # its state is unknown after an error
-            self.facts = None
+        if self.facts_lease is not None:
+            self.facts_lease.discard()  # its state is unknown after an error
+            self.facts_lease, self.facts = None, None
         if not self.in_txn:
             return
         try:
@@ -183,6 +190,8 @@ class TransactionalWriter(KafkaWriter):
         # the garbage collector gets to it (a failed attempt's producer is kept alive by
         # the exception's traceback).
         producers.close_producer(slot.producer, min(self.options.flush_timeout, 30.0))
+        if self.facts_lease is not None:
+            self.facts_lease.release()
 
 
 def _drain(batches: Iterator[pa.RecordBatch]) -> int:

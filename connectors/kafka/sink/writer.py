@@ -308,18 +308,17 @@ class KafkaWriter:
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        admin = producers.admin(self.options.producer_conf)
-
         def list_offsets() -> dict[str, dict[str, int]]:
-            futures = admin.list_offsets(
-                {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=30,
-            )
-            out: dict[str, dict[str, int]] = {}
-            for tp, fut in futures.items():
-                out.setdefault(tp.topic, {})[str(tp.partition)] = int(fut.result().offset)
-            return out
+            with producers.admin(self.options.producer_conf) as admin:
+                futures = admin.list_offsets(
+                    {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
+                    isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                    request_timeout=30,
+                )
+                out: dict[str, dict[str, int]] = {}
+                for tp, fut in futures.items():
+                    out.setdefault(tp.topic, {})[str(tp.partition)] = int(fut.result().offset)
+                return out
 
         names = ", ".join(f"{t}[{p}]" for t, p in tps[:5]) + (" ..." if len(tps) > 5 else "")
         return retrying(

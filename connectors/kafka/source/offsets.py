@@ -224,6 +224,72 @@ def split_ranges(
     return out
 
 
+#: Records per Spark partition below which Kafka partition ranges are grouped
+#: (option ``targetRecordsPerPartition``; docs/kafka-source.md, "Many partitions").
+DEFAULT_TARGET_RECORDS = 100_000
+
+
+def group_ranges(
+    ranges: Iterable[OffsetRange],
+    target: int,
+    *,
+    min_groups: int | None = None,
+    max_records: int | None = None,
+) -> list[tuple[OffsetRange, ...]]:
+    """The Spark partitions of a window: ``ranges`` (the output of :func:`split_ranges`)
+    grouped by size, deterministically.
+
+    A range of at least ``capacity`` records is a Spark partition of its own. Smaller ones
+    are packed, in (cluster, topic, partition, start) order, into groups of at most
+    ``capacity`` records, one consumer reading each group. ``capacity`` is ``target``,
+    lowered so that no group passes ``max_records`` (maxRecordsPerPartition) and so that
+    there are at least ``min_groups`` partitions (minPartitions) where the records allow.
+    A group holds ranges of one cluster, and never two pieces of one Kafka partition (a
+    consumer is assigned each partition once). ``target <= 1`` turns grouping off: one
+    range per Spark partition.
+    """
+    rs = sorted(r for r in ranges if r.size > 0)
+    capacity = target
+    if max_records is not None:
+        capacity = min(capacity, max_records)
+    if min_groups is not None and capacity > 1:
+        big = sum(1 for r in rs if r.size >= capacity)
+        small = sum(r.size for r in rs if r.size < capacity)
+        wanted = min_groups - big
+        if wanted > 0 and small:
+            capacity = min(capacity, max(1, small // wanted))
+    out: list[tuple[OffsetRange, ...]] = []
+    group: list[OffsetRange] = []
+    held = 0
+    for r in rs:
+        if r.size >= capacity:
+            out.append((r,))
+            continue
+        if group and (held + r.size > capacity or r.cluster != group[-1].cluster
+                      or r.tp == group[-1].tp):
+            out.append(tuple(group))
+            group, held = [], 0
+        group.append(r)
+        held += r.size
+    if group:
+        out.append(tuple(group))
+    while min_groups is not None and len(out) < min_groups:
+        # Rounding left fewer partitions than minPartitions asks for: halve the largest
+        # group (by records; ties by its ranges) until there are enough or none is left.
+        groups = [g for g in out if len(g) > 1]
+        if not groups:
+            break
+        g = max(groups, key=lambda g: (sum(r.size for r in g), g))
+        half, held, cut = sum(r.size for r in g) / 2, 0, 1
+        for cut in range(1, len(g)):
+            held += g[cut - 1].size
+            if held >= half:
+                break
+        out.remove(g)
+        out.extend((g[:cut], g[cut:]))
+    return sorted(out)
+
+
 def _apportion(total: int, weights: list[int], keys: list[Any]) -> list[int]:
     """Split ``total`` in proportion to ``weights``, each share <= its weight, and every
     non-zero weight gets at least 1 while ``total`` allows (a small partition is not

@@ -1,9 +1,7 @@
-"""Options of the ``eo_kafka`` source: Spark's string options parsed once into frozen,
-picklable specs (they travel to executors; no connections).
-
-- :class:`KafkaSourceOptions` (with :class:`ClusterSpec` and :class:`StartSpec`): Spark's
-  Kafka source options, same names and semantics (docs/kafka-source.md lists them);
-- the sink's are in :mod:`connectors.kafka.sink.options` (docs/kafka-sink.md).
+"""Options of the ``eo_kafka`` source (:class:`KafkaSourceOptions`, :class:`ClusterSpec`,
+:class:`StartSpec`): Spark's Kafka source options, same names and semantics
+(docs/kafka-source.md), parsed once into frozen, picklable specs that travel to executors.
+The sink's are in :mod:`connectors.kafka.sink.options`.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from connectors.kafka.common import (
     METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.source.offsets import (
+    DEFAULT_TARGET_RECORDS,
     TP,
     Offsets,
     decode_offsets,
@@ -58,6 +57,9 @@ _READER_DEFAULTS = {
     # librdkafka's 1 s, which a Python reader drains the queue well within.
     "max.partition.fetch.bytes": str(10 * 1024 * 1024),
     "fetch.queue.backoff.ms": "10",
+    # A fetch of ranges at their end parks at the broker this long, and the next task's
+    # first fetch waits behind it (librdkafka: 500 ms, per task; docs: "Many partitions").
+    "fetch.wait.max.ms": "10",
 }
 
 
@@ -140,6 +142,8 @@ class KafkaSourceOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    #: ``targetRecordsPerPartition``: smaller Kafka partition ranges are grouped up to this
+    target_records_per_partition: int = DEFAULT_TARGET_RECORDS
     fail_on_data_loss: bool = True
     include_headers: bool = False
     group_id: str = DEFAULT_GROUP_PREFIX
@@ -217,6 +221,8 @@ class KafkaSourceOptions:
         max_bytes = r.integer("maxBytesPerTrigger", None, minimum=1)
         min_partitions = r.integer("minPartitions", None, minimum=1)
         max_per_partition = r.integer("maxRecordsPerPartition", None, minimum=1)
+        target_records = r.integer("targetRecordsPerPartition", DEFAULT_TARGET_RECORDS,
+                                   minimum=0)
         include_headers = r.boolean("includeHeaders", False)
         wal_path = r.string("walPath")
         storage = parse_storage_options(r)
@@ -248,6 +254,8 @@ class KafkaSourceOptions:
             max_bytes_per_trigger=max_bytes,
             min_partitions=min_partitions,
             max_records_per_partition=max_per_partition,
+            target_records_per_partition=(DEFAULT_TARGET_RECORDS if target_records is None
+                                          else target_records),
             fail_on_data_loss=fail_on_data_loss,
             include_headers=include_headers,
             group_id=group_id,

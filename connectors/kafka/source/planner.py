@@ -24,6 +24,7 @@ from connectors.kafka.source.offsets import (
     TP,
     OffsetRange,
     Offsets,
+    group_ranges,
     limit_offsets,
     plan_ranges,
     records_for_bytes,
@@ -214,7 +215,7 @@ class KafkaPlanner:
         if not backlog:
             return self._avg_record_bytes or 1024.0
         _, tp = backlog[0]
-        from connectors.kafka.source.range_reader import sample_record_bytes
+        from connectors.kafka.source.records import sample_record_bytes
 
         c = self.opts.cluster(tp[0])
         avg = sample_record_bytes(
@@ -226,12 +227,21 @@ class KafkaPlanner:
 
 
     # -- planning --------------------------------------------------------------------------
-    def ranges(self, start: Mapping[TP, int], end: Mapping[TP, int]) -> list[OffsetRange]:
-        """The Spark partitions of window ``[start, end)``: a pure function of its inputs."""
-        ranges = plan_ranges(start, end, fail_on_data_loss=self.opts.fail_on_data_loss)
-        return split_ranges(
-            ranges, self.opts.min_partitions, self.opts.max_records_per_partition
-        )
+    def ranges(
+        self, start: Mapping[TP, int], end: Mapping[TP, int]
+    ) -> list[tuple[OffsetRange, ...]]:
+        """The Spark partitions of window ``[start, end)``, each a group of offset ranges
+        that one consumer reads: a pure function of its inputs (and the options).
+
+        Large Kafka partition ranges are split (``minPartitions``,
+        ``maxRecordsPerPartition``); small ones are grouped up to
+        ``targetRecordsPerPartition`` records, so a topic of a thousand small partitions is
+        read by a few tasks, not a thousand."""
+        o = self.opts
+        ranges = plan_ranges(start, end, fail_on_data_loss=o.fail_on_data_loss)
+        pieces = split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+        return group_ranges(pieces, o.target_records_per_partition,
+                            min_groups=o.min_partitions, max_records=o.max_records_per_partition)
 
     # -- the window WAL and commits ----------------------------------------------------------
     def record_window(self, start: Offsets, end: Offsets) -> int | None:

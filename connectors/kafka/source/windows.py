@@ -76,7 +76,8 @@ class KafkaWindows:
     idempotent per batch id (``batch_id = window_id``) every record is written exactly
     once, across crashes and reruns, as long as the same ``walPath`` is used and no two jobs
     run on it at the same time. Unit of parallelism: one Spark partition per Kafka
-    partition range (``minPartitions``/``maxRecordsPerPartition`` split further).
+    partition range (``minPartitions``/``maxRecordsPerPartition`` split further; small
+    ranges are grouped up to ``targetRecordsPerPartition`` records).
 
     ``options`` are the ``eo_kafka`` options (Python names may be given as keyword
     arguments, e.g. ``**{"kafka.bootstrap.servers": ...}, subscribe="t"``);
