@@ -10,7 +10,6 @@ dialect, whose engine and connection pool are per process.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 
 from connectors.core import failpoints
 from connectors.core.errors import ConnectorError, JdbcSinkError
+from connectors.core.retry import retry_until
 from connectors.core.sink import TaskInfo
 from connectors.jdbc.columns import Layout
 from connectors.jdbc.dialects import Dialect, dialect_for
@@ -59,26 +59,20 @@ class Database:
 
     # -- retries and errors -----------------------------------------------------------------
     def retrying(self, what: str, fn: Callable[[], T], layout: Layout | None = None) -> T:
-        """Run ``fn``; retry transient database errors with backoff until the deadline."""
-        deadline = time.monotonic() + self.options.retry_timeout
-        delay = 0.1
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn()
-            except ConnectorError:
-                raise
-            except Exception as e:
-                transient = self.dialect.is_transient(e)
-                if not transient or time.monotonic() + delay > deadline:
-                    raise self.error(what, e, layout, gave_up=transient,
-                                     attempts=attempt) from e
-                log.warning("eo_jdbc sink %s: %s failed (attempt %d, transient: %s); retrying "
-                            "in %.1fs", self.options.sink_id, what, attempt,
-                            self.dialect.describe(e), delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        """Run ``fn``; retry transient database errors with backoff until ``retryTimeout``
+        (:func:`connectors.core.retry.retry_until`)."""
+
+        def give_up(e: Exception, attempts: int, transient: bool) -> Exception:
+            return self.error(what, e, layout, gave_up=transient, attempts=attempts)
+
+        def on_retry(e: Exception, attempt: int, pause: float) -> None:
+            log.warning("eo_jdbc sink %s: %s failed (attempt %d, transient: %s); retrying "
+                        "in %.1fs", self.options.sink_id, what, attempt,
+                        self.dialect.describe(e), pause)
+
+        return retry_until(fn, timeout=self.options.retry_timeout,
+                           transient=self.dialect.is_transient, give_up=give_up,
+                           on_retry=on_retry, first_backoff=0.1, max_backoff=5.0)
 
     def error(self, what: str, e: Exception, layout: Layout | None = None,
               gave_up: bool = False, attempts: int = 1) -> JdbcSinkError:

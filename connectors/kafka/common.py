@@ -39,6 +39,7 @@ from typing import Any, Generic, TypeVar
 
 from connectors.core.declared import DURATION, Opt
 from connectors.core.errors import ConnectorError
+from connectors.core.retry import retry_until
 
 log = logging.getLogger(__name__)
 
@@ -137,29 +138,21 @@ def retrying(
     max_backoff: float = 2.0,
 ) -> T:
     """``call()``, asked again on transient Kafka errors until ``timeout`` seconds have
-    passed. ``what`` names the request and its objects ("ListOffsets of orders[3]");
-    the final error is ``error`` with ``what``, the attempts and the last Kafka error."""
-    deadline = time.monotonic() + timeout
-    backoff = first_backoff
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return call()
-        except ConnectorError:
-            raise
-        except Exception as e:
-            if not is_transient(e):
-                raise error(f"{what} failed: {e}") from e
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise error(
-                    f"{what} still failed after {attempt} attempts in {timeout:.0f}s "
-                    f"(metadataRetryTimeout): {e}"
-                ) from e
-            log.info("%s: transient error (attempt %d), asking again: %s", what, attempt, e)
-            time.sleep(min(backoff, left))
-            backoff = min(backoff * 2, max_backoff)
+    passed (:func:`connectors.core.retry.retry_until`). ``what`` names the request and its
+    objects ("ListOffsets of orders[3]"); the final error is ``error`` with ``what``, the
+    attempts and the last Kafka error."""
+
+    def give_up(e: Exception, attempts: int, transient: bool) -> Exception:
+        if not transient:
+            return error(f"{what} failed: {e}")
+        return error(f"{what} still failed after {attempts} attempts in {timeout:.0f}s "
+                     f"(metadataRetryTimeout): {e}")
+
+    def on_retry(e: Exception, attempt: int, pause: float) -> None:
+        log.info("%s: transient error (attempt %d), asking again: %s", what, attempt, e)
+
+    return retry_until(call, timeout=timeout, transient=is_transient, give_up=give_up,
+                       on_retry=on_retry, first_backoff=first_backoff, max_backoff=max_backoff)
 
 
 def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
+from connectors.core.retry import poll_until
 from connectors.kafka.common import FAMILY, is_transient, retrying, unreachable
 from connectors.kafka.sink import producers
 from connectors.kafka.sink.options import KafkaSinkOptions
@@ -89,18 +89,15 @@ def _await_topic(options: KafkaSinkOptions, topic: str, grace: float,
             raise KafkaException(info.error)
         return info
 
-    deadline = time.monotonic() + grace
-    while True:
+    def known() -> Any:
         info = retrying(metadata, what=f"{FAMILY} sink {options.sink_id}: metadata of topic "
                                        f"{topic!r}",
                         error=KafkaSinkError, timeout=options.metadata_retry_timeout)
         unknown = info is None or (info.error is not None
                                    and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
-        if not unknown:
-            return info
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.2)
+        return None if unknown else info
+
+    return poll_until(known, timeout=grace, interval=0.2)
 
 
 def _warn_creating(options: KafkaSinkOptions, topic: str) -> None:
