@@ -24,10 +24,9 @@ import logging
 import os
 import socket
 import sys
-import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from connectors.kafka import close_cached_clients
+from tests.helpers import REQUIRE, announce, spark_builder, unavailable
 
 if TYPE_CHECKING:
     from connectors.demo.services.kafka import LocalBroker
@@ -44,22 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tests.services")
 
-REQUIRE = os.environ.get("CI", "").lower() == "true" or os.environ.get(
-    "CONNECTORS_REQUIRE_SERVICES", ""
-) in ("1", "true")
-
 # Spark's Python workers must run this interpreter (and see this checkout's package).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def unavailable(what: str, why: str) -> None:
-    """Skip, or fail under CI=true / CONNECTORS_REQUIRE_SERVICES=1."""
-    message = f"{what} unavailable: {why}"
-    if REQUIRE:
-        pytest.fail(message + " (required: CI=true or CONNECTORS_REQUIRE_SERVICES=1)",
-                    pytrace=False)
-    pytest.skip(message)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -111,35 +98,24 @@ def _port_open(host: str, port: int) -> bool:
 
 
 # -- Kafka -----------------------------------------------------------------------------------
-def _announce(request: pytest.FixtureRequest, line: str) -> None:
-    """One line in pytest's own output (the CI log), not swallowed by output capture."""
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None:
-        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-            reporter.write_line(line)
-    log.info(line)
-
-
 def start_broker(workdir: str, advertised_port: int | None = None) -> LocalBroker:
-    """A local broker in the session's tier: Apache Kafka from the Maven-resolved jars, or
-    tansu only where Java or Maven is missing (refused under CI=true)."""
+    """A local broker in the session's tier (``start_local_kafka``): Apache Kafka from the
+    Maven-resolved jars, or tansu only where Java or Maven is missing (refused under CI=true)."""
     from connectors.core.errors import ConnectorError
     from connectors.demo.services import maven
-    from connectors.demo.services.kafka import TANSU_GAPS, ApacheKafka, TansuBroker
+    from connectors.demo.services.kafka import TANSU_GAPS, TansuBroker, start_local_kafka
 
     missing = maven.java_and_maven()
-    if missing is None:
-        return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=True).start()
-    if REQUIRE:
-        unavailable("Apache Kafka", f"{missing}; CI=true needs Apache Kafka, not tansu")
     try:
-        broker = TansuBroker(advertised_port=advertised_port,
-                             log_path=os.path.join(workdir, "tansu.log")).start()
+        broker = start_local_kafka(workdir, allow_tansu=not REQUIRE,
+                                   advertised_port=advertised_port, keep=True)
     except ConnectorError as e:
-        unavailable("Kafka broker", f"{missing}, and no tansu fallback: {e}")
-    warnings.warn(f"Kafka tests run on the tansu fallback ({missing}): {TANSU_GAPS}",
-                  stacklevel=2)
+        if missing is None:
+            raise  # Apache Kafka failed on a machine that can run it: an error, not a skip
+        unavailable("Kafka broker", f"{missing}: {e}")
+    if isinstance(broker, TansuBroker):
+        warnings.warn(f"Kafka tests run on the tansu fallback ({missing}): {TANSU_GAPS}",
+                      stacklevel=2)
     return broker
 
 
@@ -151,7 +127,7 @@ def kafka_broker(request: pytest.FixtureRequest,
     from the Maven-resolved jars; tansu only when Java or Maven is missing."""
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if env:
-        _announce(request, f"kafka: KAFKA_BOOTSTRAP_SERVERS={env}")
+        announce(request, f"kafka: KAFKA_BOOTSTRAP_SERVERS={env}")
         yield KafkaService(env, "external", None)
         return
     if docker_available():
@@ -163,13 +139,13 @@ def kafka_broker(request: pytest.FixtureRequest,
         # Confluent Platform 8.1 is Apache Kafka 4.1, in KRaft mode.
         with KafkaContainer("confluentinc/cp-kafka:8.1.0").with_kraft() as kafka:
             service = KafkaService(kafka.get_bootstrap_server(), "4.1 (cp-kafka 8.1.0)", None)
-            _announce(request, f"kafka: testcontainers cp-kafka:8.1.0 on {service.bootstrap}")
+            announce(request, f"kafka: testcontainers cp-kafka:8.1.0 on {service.bootstrap}")
             yield service
             release_kafka_clients()
         return
     workdir = str(tmp_path_factory.mktemp("kafka"))
     broker = start_broker(workdir)
-    _announce(request, f"kafka: started {_describe(broker)} on {broker.bootstrap}, "
+    announce(request, f"kafka: started {_describe(broker)} on {broker.bootstrap}, "
               f"log {broker.log_path}")
     try:
         yield KafkaService(broker.bootstrap, broker.version, broker.log_path)
@@ -249,6 +225,22 @@ def new_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
             AdminClient({"bootstrap.servers": servers}).delete_topics([name], operation_timeout=5)
 
 
+@pytest.fixture
+def filled_topic(kafka_bootstrap: str, new_topic: Callable[..., str]) -> Callable[..., str]:
+    """``filled_topic(records, partitions=1) -> name``: a fresh topic holding ``records``
+    (``(key, value, partition)`` triples), in order within each partition, so record i of
+    partition p is at the offset of its rank there."""
+    from connectors.demo.services.kafka import produce_records
+
+    def make(records: Iterable[tuple[bytes | None, bytes, int]], partitions: int = 1,
+             **produce: Any) -> str:
+        topic = new_topic(partitions=partitions)
+        produce_records(kafka_bootstrap, topic, records, **produce)
+        return topic
+
+    return make
+
+
 # -- PostgreSQL ------------------------------------------------------------------------------
 def _pg_ok(dsn: str) -> bool:
     import psycopg
@@ -277,7 +269,7 @@ def postgres_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
     # The server .ci/run starts (role and database made by scripts/run-tests).
     local = "postgresql://eo:eo@127.0.0.1:5432/eo_test"
     if _port_open("127.0.0.1", 5432) and _pg_ok(local):
-        _announce(request, "postgresql: 127.0.0.1:5432/eo_test")
+        announce(request, "postgresql: 127.0.0.1:5432/eo_test")
         yield local
         return
     from tests.services.postgres import TempPostgres
@@ -287,7 +279,7 @@ def postgres_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
     except Exception as e:  # noqa: BLE001
         unavailable("PostgreSQL", f"no POSTGRES_DSN, no Docker, nothing on 5432, and {e}")
         return
-    _announce(request, f"postgresql: temp cluster from initdb on {cluster.dsn}")
+    announce(request, f"postgresql: temp cluster from initdb on {cluster.dsn}")
     try:
         yield cluster.dsn
     finally:
@@ -356,7 +348,7 @@ def mysql_url(request: pytest.FixtureRequest) -> Iterator[str]:
     local = "mysql+pymysql://eo:eo@127.0.0.1:3306/eo_test"
     why = _mysql_ok(local) if _port_open("127.0.0.1", 3306) else "nothing on 127.0.0.1:3306"
     if why is None:
-        _announce(request, "mariadb: 127.0.0.1:3306/eo_test")
+        announce(request, "mariadb: 127.0.0.1:3306/eo_test")
         yield local
         return
     from tests.services.mariadb import TempMariaDB
@@ -366,7 +358,7 @@ def mysql_url(request: pytest.FixtureRequest) -> Iterator[str]:
     except Exception as e:  # noqa: BLE001
         unavailable("MariaDB/MySQL", f"no MYSQL_URL, no Docker, {why}, and {e}")
         return
-    _announce(request, f"mariadb: throwaway mariadbd on {server.url}")
+    announce(request, f"mariadb: throwaway mariadbd on {server.url}")
     try:
         yield server.url
     finally:
@@ -405,7 +397,7 @@ def hdfs_service(request: pytest.FixtureRequest,
     if env:
         host = urlsplit(env).hostname or "localhost"
         hdfs_url = os.environ.get("HDFS_URL") or f"hdfs://{host}:8020"
-        _announce(request, f"hdfs: WEBHDFS_URL={env} ({hdfs_url})")
+        announce(request, f"hdfs: WEBHDFS_URL={env} ({hdfs_url})")
         yield HdfsService(env.rstrip("/"), hdfs_url, "external", None)
         return
     from connectors.core.errors import ConnectorError
@@ -419,7 +411,7 @@ def hdfs_service(request: pytest.FixtureRequest,
         fs = LocalHdfs(workdir=str(tmp_path_factory.mktemp("hdfs")), keep=True).start()
     except ConnectorError as e:
         unavailable("HDFS", f"no WEBHDFS_URL, and the local NameNode/DataNode did not start: {e}")
-    _announce(request, f"hdfs: started Apache Hadoop HDFS {fs.version} (NameNode + DataNode) "
+    announce(request, f"hdfs: started Apache Hadoop HDFS {fs.version} (NameNode + DataNode) "
               f"in {fs.started_in:.1f}s, WebHDFS {fs.webhdfs_url}, {fs.hdfs_url}, "
               f"logs in {fs.log_dir}")
     try:
@@ -470,7 +462,7 @@ def s3_service(request: pytest.FixtureRequest,
         service = S3Service(env, key, secret, os.environ.get("S3_ADMIN_ACCESS_KEY_ID", key),
                             os.environ.get("S3_ADMIN_SECRET_ACCESS_KEY", secret), "external",
                             None, os.environ.get("S3_REGION", "us-east-1"))
-        _announce(request, f"s3: S3_ENDPOINT_URL={env}")
+        announce(request, f"s3: S3_ENDPOINT_URL={env}")
     elif docker_available():
         try:
             from testcontainers.community.minio import MinioContainer
@@ -485,7 +477,7 @@ def s3_service(request: pytest.FixtureRequest,
         endpoint = f"http://{host}:{container.get_exposed_port(container.port)}"
         service = S3Service(endpoint, ADMIN[0], ADMIN[1], ADMIN[0], ADMIN[1],
                             "MinIO (testcontainers)", None)
-        _announce(request, f"s3: testcontainers MinIO on {endpoint}")
+        announce(request, f"s3: testcontainers MinIO on {endpoint}")
     else:
         from connectors.core.errors import ConnectorError
 
@@ -494,7 +486,7 @@ def s3_service(request: pytest.FixtureRequest,
         except ConnectorError as e:
             unavailable("S3 server", f"no S3_ENDPOINT_URL, no Docker, and {e}")
         service = server.service()
-        _announce(request, f"s3: started SeaweedFS {server.version} (weed server -s3) on "
+        announce(request, f"s3: started SeaweedFS {server.version} (weed server -s3) on "
                   f"{service.endpoint}, identity {APP[0]} (read, write, list), log "
                   f"{server.log_path}")
     try:
@@ -525,7 +517,7 @@ def azure_service(request: pytest.FixtureRequest,
     if env:
         service = AzureService(env, os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", ""),
                                os.environ.get("AZURE_STORAGE_ACCOUNT_KEY", ""), "external", None)
-        _announce(request, f"azure: AZURE_BLOB_ENDPOINT={env}")
+        announce(request, f"azure: AZURE_BLOB_ENDPOINT={env}")
     else:
         from connectors.core.errors import ConnectorError
 
@@ -534,7 +526,7 @@ def azure_service(request: pytest.FixtureRequest,
         except ConnectorError as e:
             unavailable("Azure Blob (Azurite)", f"no AZURE_BLOB_ENDPOINT, and {e}")
         service = server.service()
-        _announce(request, f"azure: started {service.version} (npm) on {service.endpoint}, "
+        announce(request, f"azure: started {service.version} (npm) on {service.endpoint}, "
                   f"log {server.log_path}")
     try:
         yield service
@@ -575,21 +567,6 @@ def s3_bucket(s3_service: S3Service) -> Iterator[str]:
 
 
 # -- Spark -----------------------------------------------------------------------------------
-def spark_builder(app: str = "eo-tests") -> Any:
-    from pyspark.sql import SparkSession
-
-    return (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-    )
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     try:
@@ -610,19 +587,6 @@ def tmp_checkpoint(tmp_path: Any) -> str:
     return str(tmp_path / f"chk-{uuid.uuid4().hex[:8]}")
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2,
-             what: str = "condition") -> Any:
-    """Poll ``condition`` until truthy or fail after ``timeout`` seconds (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 # -- Spark's own JVM Kafka connector (cross-client tests) ------------------------------------
 @pytest.fixture(scope="session")
 def jvm_spark(request: pytest.FixtureRequest) -> Any:
@@ -636,5 +600,5 @@ def jvm_spark(request: pytest.FixtureRequest) -> Any:
         jvm = choose()
     except Exception as e:  # noqa: BLE001 - any failure means "not available"
         unavailable("Spark's JVM Kafka connector", str(e))
-    _announce(request, f"spark-kafka: our pyspark {jvm.ours}; {jvm.describe()}")
+    announce(request, f"spark-kafka: our pyspark {jvm.ours}; {jvm.describe()}")
     return jvm

@@ -1,4 +1,7 @@
-"""Shared test utilities: the crash harness for recovery tests and Kafka read-back helpers.
+"""Shared test utilities: the crash harness for recovery tests, Kafka read-back helpers, and
+what fixtures and tests both use (``REQUIRE``/:func:`unavailable`, :func:`announce`,
+:func:`wait_for`, the one local :func:`spark_builder`). Tests import these from here, never
+from ``tests.conftest``.
 
 Recovery tests run a pipeline script in a *separate process group* (``start_new_session``)
 with ``CONNECTORS_FAILPOINTS`` set and ``CONNECTORS_FAILPOINTS_SCOPE=group``, so a failpoint
@@ -8,17 +11,80 @@ once: a real application crash. The script is then started again from the same c
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+log = logging.getLogger("tests.services")
+
+#: Under ``CI=true`` or ``CONNECTORS_REQUIRE_SERVICES=1`` a missing service fails the test.
+REQUIRE = os.environ.get("CI", "").lower() == "true" or os.environ.get(
+    "CONNECTORS_REQUIRE_SERVICES", ""
+) in ("1", "true")
+
+
+def unavailable(what: str, why: str) -> None:
+    """Skip, or fail under CI=true / CONNECTORS_REQUIRE_SERVICES=1."""
+    import pytest
+
+    message = f"{what} unavailable: {why}"
+    if REQUIRE:
+        pytest.fail(message + " (required: CI=true or CONNECTORS_REQUIRE_SERVICES=1)",
+                    pytrace=False)
+    pytest.skip(message)
+
+
+def announce(request: Any, line: str) -> None:
+    """One line in pytest's own output (the CI log), not swallowed by output capture."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            reporter.write_line(line)
+    log.info(line)
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2,
+             what: str = "condition") -> Any:
+    """Poll ``condition`` until truthy or fail after ``timeout`` seconds (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def spark_builder(app: str = "eo-tests", master: str = "local[2]", **conf: str) -> Any:
+    """The one local SparkSession builder of the tests and their pipeline scripts: UI off,
+    2 shuffle partitions, Arrow on, 2 GiB driver; ``conf`` adds or overrides settings."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.memory": "2g",
+        "spark.sql.streaming.stopTimeout": "30s",
+        **conf,
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
 
 
 @dataclass

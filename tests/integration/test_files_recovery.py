@@ -112,16 +112,9 @@ def crash_and_recover(argv: list[str], sink: FileSink, failpoints: list[str],
 
 
 @pytest.fixture
-def kafka_topic(kafka_bootstrap, new_topic):
-    from connectors.demo.services.kafka import produce_records
-
-    topic = new_topic(partitions=2)
-    produce_records(
-        kafka_bootstrap,
-        topic,
-        [(str(i).encode(), f"value-{i}".encode(), i % 2) for i in range(TOTAL)],
-    )
-    return topic
+def kafka_topic(filled_topic):
+    return filled_topic([(str(i).encode(), f"value-{i}".encode(), i % 2) for i in range(TOTAL)],
+                        partitions=2)
 
 
 def test_kafka_to_files_survives_a_kill_at_each_failpoint(kafka_bootstrap, kafka_topic, tmp_path):

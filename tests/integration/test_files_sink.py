@@ -12,8 +12,7 @@ import pytest
 
 from connectors.core.sink import TaskInfo
 from connectors.files.sink import FileSink
-from tests.conftest import wait_for
-from tests.helpers import assert_exact
+from tests.helpers import assert_exact, wait_for
 
 
 def data_files(out: str) -> list[str]:

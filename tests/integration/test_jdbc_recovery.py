@@ -34,14 +34,10 @@ PARTITIONS = 2
 
 
 @pytest.fixture
-def lines_topic(kafka_bootstrap: str, new_topic: Any) -> str:
-    from connectors.demo.services.kafka import produce_records
-
-    topic = new_topic(partitions=PARTITIONS)
-    # Line i goes to partition i % 2 at offset i // 2 (produce_records keeps the order).
-    produce_records(kafka_bootstrap, topic,
-                  [(None, line(i).encode(), i % PARTITIONS) for i in range(TOTAL)])
-    return topic
+def lines_topic(filled_topic: Any) -> str:
+    # Line i goes to partition i % 2 at offset i // 2 (the topic keeps each partition's order).
+    return filled_topic([(None, line(i).encode(), i % PARTITIONS) for i in range(TOTAL)],
+                        partitions=PARTITIONS)
 
 
 def counts_of_lines(indexes: list[int]) -> dict[str, int]:

@@ -16,8 +16,7 @@ from connectors.core.errors import KafkaSourceError
 from connectors.demo.services.kafka import create_topic, produce_records
 from connectors.kafka.source.offsets import OffsetRange
 from connectors.kafka.source.range_reader import read_range
-from tests.conftest import wait_for
-from tests.helpers import assert_exact
+from tests.helpers import assert_exact, wait_for
 
 
 def _records(n: int, partitions: int, prefix: str = "") -> list[tuple[bytes, bytes, int]]:

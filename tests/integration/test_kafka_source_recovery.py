@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from connectors.demo.services.kafka import produce_records
-from tests.conftest import wait_for
-from tests.helpers import assert_exact, run_pipeline
+from tests.helpers import assert_exact, run_pipeline, wait_for
 
 N = 50_000
 PARTS = 3

@@ -37,7 +37,7 @@ def test_datasource_stream_writer_uses_spark_batch_ids(spark, tmp_path):
         .trigger(processingTime="200 milliseconds").start()
     )
     try:
-        from tests.conftest import wait_for
+        from tests.helpers import wait_for
 
         wait_for(lambda: (q.lastProgress or {}).get("batchId", -1) >= 2, 120, what="3 batches")
     finally:

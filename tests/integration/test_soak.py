@@ -21,8 +21,7 @@ import pytest
 from connectors.core.options import redact_url
 from connectors.demo import app as demo
 from connectors.demo.services.kafka import create_topic, free_port
-from tests.conftest import wait_for
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_for
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.soak

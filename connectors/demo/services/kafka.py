@@ -335,17 +335,19 @@ class TansuBroker:
 
 
 def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
-                      advertised_port: int | None = None) -> LocalBroker:
-    """Apache Kafka from Maven Central jars; tansu only when Java or Maven is missing.
+                      advertised_port: int | None = None, keep: bool = False) -> LocalBroker:
+    """Apache Kafka from Maven Central jars; tansu only when Java or Maven is missing. The
+    one broker start of the demo, the benchmarks and the tests (``keep``: leave Apache
+    Kafka's work directory for its log).
 
     A resolution or start-up failure of Apache Kafka on a machine that has Java and Maven is
     an error, not a reason to fall back: the fallback would hide it.
     """
     missing = maven.java_and_maven()
     if missing is None:
-        return ApacheKafka(workdir=workdir, advertised_port=advertised_port).start()
+        return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=keep).start()
     if not allow_tansu:
-        raise ConnectorError(f"cannot start Apache Kafka: {missing}")
+        raise ConnectorError(f"cannot start Apache Kafka: {missing}; tansu is not allowed here")
     log.warning("cannot start Apache Kafka (%s); falling back to tansu", missing)
     log_path = os.path.join(workdir, "tansu.log") if workdir else None
     return TansuBroker(advertised_port=advertised_port, log_path=log_path).start()

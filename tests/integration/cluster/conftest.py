@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _announce, unavailable
-from tests.helpers import REPO, read_topic
+from tests.helpers import REPO, announce, read_topic, unavailable
 from tests.integration.pipelines.jdbc_wordcount import line
 from tests.services.spark_cluster import StandaloneCluster, cluster_conf
 
@@ -39,7 +38,7 @@ def spark_cluster(request: pytest.FixtureRequest,
         cluster = StandaloneCluster(workdir=workdir).start()
     except Exception as e:  # noqa: BLE001 - any failure means "not available"
         unavailable("Spark standalone cluster", str(e))
-    _announce(request, f"spark-cluster: master {cluster.url} + {cluster.workers} workers x "
+    announce(request, f"spark-cluster: master {cluster.url} + {cluster.workers} workers x "
               f"{cluster.cores} core (pids {[w.pid for w in cluster.nodes]}) up in "
               f"{cluster.started_in:.1f}s, logs {cluster.logs()}")
     try:
@@ -228,7 +227,7 @@ def _cluster_run(request: pytest.FixtureRequest, cluster: StandaloneCluster, boo
                     [(f"k{i}".encode(), line(i).encode(), i % 2) for i in range(LINES)])
     for job in ("kafka_rk", "kafka_txn", "faults"):
         create_topic(bootstrap, run.names(job)["topic"], 2)
-    _announce(request, f"cluster test {request.node.name}: HDFS {hdfs_url}{run.base} "
+    announce(request, f"cluster test {request.node.name}: HDFS {hdfs_url}{run.base} "
               f"(WebHDFS {webhdfs_url}), app log {tmp / 'app.log'}")
     try:
         yield run

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _announce
-from tests.helpers import assert_exact
+from tests.helpers import announce, assert_exact
 from tests.integration.cluster.conftest import (
     ClusterRun,
     _cluster_run,
@@ -42,7 +41,7 @@ def e2e(request: pytest.FixtureRequest, spark_cluster: Any, kafka_bootstrap: str
                             postgres_url, tmp):
         began = time.monotonic()
         output = run.finish(run.start(JOBS), timeout=600)
-        _announce(request, f"cluster e2e: {len(JOBS)} jobs in {time.monotonic() - began:.0f}s")
+        announce(request, f"cluster e2e: {len(JOBS)} jobs in {time.monotonic() - began:.0f}s")
         yield run, output
 
 
@@ -59,7 +58,7 @@ def test_executors_ran_on_both_workers_and_state_is_on_hdfs(request, e2e) -> Non
     hdfs = sorted(set(re.findall(r"^HDFS .*? (\S+)$", output, re.M)))
     assert all(u.startswith((run.hdfs_url, "webhdfs://")) for u in hdfs), hdfs
     assert any(u.startswith(run.hdfs_url + run.base + "/chk/") for u in hdfs)
-    _announce(request, f"cluster e2e: app {app.group(1)} executors by worker {dirs} "
+    announce(request, f"cluster e2e: app {app.group(1)} executors by worker {dirs} "
               f"(work dirs {[w.work_dir for w in run.cluster.nodes]}); HDFS: {hdfs}")
 
 

@@ -30,8 +30,7 @@ from collections import Counter
 import pytest
 
 from connectors.core.storage import storage_for
-from tests.conftest import _announce
-from tests.helpers import assert_exact
+from tests.helpers import announce, assert_exact
 from tests.integration.cluster.conftest import (
     ClusterRun,
     expected_counts,
@@ -57,7 +56,7 @@ def kill_held_executor(request, run: ClusterRun, held_pid: int) -> None:
     assert found, f"no executor JVM of the workers holds Python worker {held_pid}"
     worker, executor = found
     assert "CoarseGrainedExecutorBackend" in cmdline(executor)
-    _announce(request, f"SIGKILL executor JVM {executor} of worker {worker.index} "
+    announce(request, f"SIGKILL executor JVM {executor} of worker {worker.index} "
               f"(pid {worker.pid}) mid-batch {BATCH}: {cmdline(executor)[-160:]}")
     os.kill(executor, signal.SIGKILL)
     deadline = time.monotonic() + 30
@@ -76,7 +75,7 @@ def test_executor_jvm_killed_mid_batch(request, cluster_run: ClusterRun) -> None
         reap(proc)
     assert "JOB DONE faults" in output and "Lost executor" in output
     assert_all_exact(cluster_run)
-    _announce(request, f"executor kill: exact in {time.monotonic() - began:.0f}s")
+    announce(request, f"executor kill: exact in {time.monotonic() - began:.0f}s")
 
 
 def test_worker_killed_mid_batch(request, cluster_run: ClusterRun) -> None:
@@ -88,7 +87,7 @@ def test_worker_killed_mid_batch(request, cluster_run: ClusterRun) -> None:
         found = cluster.executor_of(held)
         assert found, f"no executor JVM of the workers holds Python worker {held}"
         worker, executor = found
-        _announce(request, f"SIGKILL worker {worker.index} (JVM {worker.pid} and executor "
+        announce(request, f"SIGKILL worker {worker.index} (JVM {worker.pid} and executor "
                   f"{executor}) with files of batch {BATCH} staged on HDFS")
         cluster.kill_worker(worker)
         output = cluster_run.finish(proc)
@@ -97,7 +96,7 @@ def test_worker_killed_mid_batch(request, cluster_run: ClusterRun) -> None:
     assert "JOB DONE faults" in output and "worker lost" in output
     assert_all_exact(cluster_run)
     cluster.restart_worker(worker)
-    _announce(request, f"worker kill: exact in {time.monotonic() - began:.0f}s")
+    announce(request, f"worker kill: exact in {time.monotonic() - began:.0f}s")
 
 
 def test_driver_killed_then_restarted_from_checkpoint(request, cluster_run: ClusterRun) -> None:
@@ -105,7 +104,7 @@ def test_driver_killed_then_restarted_from_checkpoint(request, cluster_run: Clus
     proc = cluster_run.start(["faults"], hold=f"kafka@{BATCH + 1}")
     try:
         cluster_run.held(proc)
-        _announce(request, f"SIGKILL driver {proc.pid} (Python and JVM) mid-batch {BATCH + 1}")
+        announce(request, f"SIGKILL driver {proc.pid} (Python and JVM) mid-batch {BATCH + 1}")
         reap(proc)
     finally:
         reap(proc)
@@ -117,7 +116,7 @@ def test_driver_killed_then_restarted_from_checkpoint(request, cluster_run: Clus
         reap(proc)
     assert "JOB DONE faults" in output
     assert_all_exact(cluster_run)
-    _announce(request, f"driver kill + restart: exact in {time.monotonic() - began:.0f}s")
+    announce(request, f"driver kill + restart: exact in {time.monotonic() - began:.0f}s")
 
 
 def test_executor_kill_without_protection_duplicates(request, cluster_run: ClusterRun) -> None:
@@ -137,7 +136,7 @@ def test_executor_kill_without_protection_duplicates(request, cluster_run: Clust
     values = cluster_run.kafka_values("faults", "read_uncommitted")
     doubled = Counter(values) - Counter(expected_lines())
     duplicates = sum(doubled.values())
-    _announce(request, f"WITHOUT PROTECTION: {duplicates} duplicate records in the Kafka "
+    announce(request, f"WITHOUT PROTECTION: {duplicates} duplicate records in the Kafka "
               f"output ({len(values)} read, {len(expected_lines())} expected)")
     assert duplicates > 0, "the kill should have doubled the held task's records"
     # the sinks that kept their protection stay exact
@@ -170,4 +169,4 @@ def test_executor_jvm_killed_mid_batch_with_state_and_files_on_s3(
                     storage_options=s3_service.python_options())
     listed = {f for f in sink.storage.walk_files(sink.path) if "/_" not in f}
     assert listed == set(sink.committed_files()), "files of the killed attempt were left"
-    _announce(request, f"executor kill, state on S3: exact in {time.monotonic() - began:.0f}s")
+    announce(request, f"executor kill, state on S3: exact in {time.monotonic() - began:.0f}s")

@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _announce, unavailable
-from tests.helpers import assert_exact, read_topic
+from tests.helpers import announce, assert_exact, read_topic, unavailable
 from tests.integration.cluster.conftest import expected_counts, expected_lines
 from tests.integration.pipelines.jdbc_wordcount import line
 from tests.services.spark_cluster import ConnectServer, pyspark_version
@@ -42,7 +41,7 @@ def connect_server(request: pytest.FixtureRequest,
         server = ConnectServer(workdir=workdir).start()
     except Exception as e:  # noqa: BLE001 - any failure means "not available"
         unavailable("Spark Connect server", str(e))
-    _announce(request, f"spark-connect: SparkConnectServer (pyspark {pyspark_version()}, "
+    announce(request, f"spark-connect: SparkConnectServer (pyspark {pyspark_version()}, "
               f"local[2]) on {server.url} up in {server.started_in:.1f}s, log {server.log_path}")
     try:
         yield server

@@ -11,18 +11,13 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from tests.helpers import spark_builder
+
 
 def pipeline_spark(app: str, master: str = "local[2]", log_level: str = "WARN") -> SparkSession:
     import connectors
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = spark_builder(app, master).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     connectors.register(spark)
     return spark

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from pyspark.sql import SparkSession
+from tests.helpers import spark_builder
 
 
 def main(argv: list[str]) -> int:
@@ -16,12 +16,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--path", required=True)
     p.add_argument("--conf", action="append", default=[])
     args = p.parse_args(argv)
-    builder = (SparkSession.builder.master("local[1]").appName("read-s3a")
-               .config("spark.ui.enabled", "false"))
-    for kv in args.conf:
-        key, value = kv.split("=", 1)
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    conf = dict(kv.split("=", 1) for kv in args.conf)
+    spark = spark_builder("read-s3a", "local[1]", **conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     rows = spark.read.parquet(args.path).select("id", "grp", "payload").collect()
     print("ROWS " + json.dumps([[r.id, r.grp, r.payload] for r in rows]), flush=True)
