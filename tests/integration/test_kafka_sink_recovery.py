@@ -112,10 +112,14 @@ def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
         assert sink.commit_info(3)["retried_tasks"] >= 1  # killed after its flush
 
 
+@pytest.mark.parametrize("partitions", [3, 1000])
 def test_spark_task_retry_after_half_the_rows_writes_no_duplicates(
-    kafka_bootstrap, new_topic, tmp_path
+    partitions, kafka_bootstrap, new_topic, tmp_path
 ):
-    plain, txn, after = (new_topic(partitions=3) for _ in range(3))
+    """At 1,000 partitions the 1,000 keys reach most of them: the started marker holds a
+    watermark per target partition, the retry's recovery scan reads from all of them, and
+    each transaction adds every partition it writes to."""
+    plain, txn, after = (new_topic(partitions=partitions) for _ in range(3))
     rows = 4000  # 2 partitions of 2000: each failing attempt wrote 1000 before raising
     once = tmp_path / "once"
     once.mkdir()

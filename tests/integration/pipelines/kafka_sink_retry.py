@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     from connectors.kafka.sink import KafkaSink
 
     df = spark.range(0, args.rows, numPartitions=2).selectExpr(
-        "cast(id % 100 as string) as key", "concat('row-', cast(id as string)) as value"
+        "cast(id % 1000 as string) as key", "concat('row-', cast(id as string)) as value"
     )
     plain = KafkaSink("retry-plain", args.wal + "/plain", bootstrap_servers=args.bootstrap,
                       topic=args.topic_plain)
