@@ -31,13 +31,11 @@ from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
 from connectors.jdbc.columns import Layout
 from connectors.jdbc.database import Database
 from connectors.jdbc.metadata import DEFAULT_NAME
-from connectors.jdbc.options import JDBC_SINK_OPTIONS, JdbcSinkOptions
+from connectors.jdbc.options import FAMILY, JDBC_SINK_OPTIONS, JdbcSinkOptions
 from connectors.jdbc.staging import Staging, staging_for
 from connectors.jdbc.tables import prepared_layout, remember_layout
 
 log = logging.getLogger(__name__)
-
-FAMILY = "eo_jdbc"
 
 T = TypeVar("T")
 
