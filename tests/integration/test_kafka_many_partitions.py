@@ -117,17 +117,30 @@ def test_two_reads_of_different_1000_partition_topics_in_one_session(
     assert df.count() == N
 
 
-def _worker_clients(spark: Any) -> list[tuple[int, dict[str, int], dict[str, int], int]]:
+def _worker_clients(spark: Any, bootstrap: str,
+                    topic: str) -> list[tuple[int, dict[str, int], dict[str, int], int]]:
     """``(pid, cached clients by kind, their bounds, threads)`` of every Python worker a
-    small job reaches (local[2] reuses its workers)."""
+    small job reaches. Spark may give the probe's tasks workers that never ran a read
+    (it closes workers idle for a minute), so each task first reads one range of ``topic``
+    through the source's own range reader with seven client ids (seven consumer
+    configurations): more than the consumer cache keeps, whichever worker it lands on."""
     def report(_: Any) -> Any:
         import os
 
         import connectors.kafka.sink.commit_facts  # noqa: F401 - their caches register
         import connectors.kafka.sink.producers  # noqa: F401
-        import connectors.kafka.source.range_reader  # noqa: F401
         from connectors.kafka.common import cached_client_counts, client_bounds
+        from connectors.kafka.source.offsets import OffsetRange
+        from connectors.kafka.source.options import KafkaSourceOptions
+        from connectors.kafka.source.range_reader import read_range
 
+        for i in range(7):
+            spec = KafkaSourceOptions.from_options({
+                "kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                "kafka.client.id": f"probe-{i}"}).clusters[0]
+            got = sum(b.num_rows for b in read_range(
+                OffsetRange(spec.name, topic, i, 0, PER_PARTITION), spec.reader_conf("probe")))
+            assert got == PER_PARTITION, got
         threads = len(os.listdir("/proc/self/task"))
         return [(os.getpid(), cached_client_counts(), client_bounds(), threads)]
 
@@ -152,7 +165,7 @@ def test_a_workers_cached_clients_stay_within_their_bound(
          .option("topic", target).option("sink_id", f"bound-{i}")
          .option("walPath", str(tmp_path / f"wal-{i}")).option("kafka.client.id", f"bound-{i}")
          .option("batchId", 0).mode("append").save())
-    workers = _worker_clients(spark)
+    workers = _worker_clients(spark, kafka_bootstrap, topics[0])
     assert workers
     seen = {}
     for pid, counts, bounds, threads in workers:
