@@ -45,6 +45,9 @@ BENCHES: dict[str, tuple[str, int, int, list[tuple[str, float | None]]]] = {
                ("s3_ratio_local_eo_files", None)]),
     # requests and ms per batch of each connector's state on S3 (figures, no ratio target)
     "object_store": ("object_store_commit.py", 40, 20, []),
+    # end-to-end latency against Spark's JVM Kafka -> Kafka (its own table; lower is
+    # better): "rows" sets the measured window, 60,000 -> 60 s per pipeline and rate
+    "latency": ("latency.py", 60_000, 20_000, []),
 }
 
 #: Targets between two benchmarks of one run: (label, numerator (bench, key), denominator
@@ -142,10 +145,14 @@ def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, qui
     extras = []
     for r in results:
         keep = {k: v for k, v in r.items() if not k.endswith("_rows_per_s")
-                and "ratio_" not in k and k not in ("bench", "rows", "tail", "suite_key")}
+                and "ratio_" not in k
+                and k not in ("bench", "rows", "tail", "suite_key", "table_md")}
         if keep:
             figures = ", ".join(f"{k}={v}" for k, v in keep.items())
             extras.append(f"- **{r.get('suite_key', r.get('bench'))}**: {figures}")
+    # Benchmarks that are not rows/s (latency: lower is better) bring their own table.
+    tables = [f"### {r['suite_key']}\n\n{r['table_md']}\n" for r in results
+              if r.get("table_md")]
     today = dt.date.today().isoformat()
     md = [
         "# Benchmarks",
@@ -161,6 +168,7 @@ def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, qui
         "|---|---|---|---|---|---|",
         *rows,
         "",
+        *tables,
         "Other figures:",
         "",
         *extras,

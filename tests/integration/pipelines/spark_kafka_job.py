@@ -18,6 +18,9 @@ argument names a JSON spec file:
   JVM baseline (bench/source_throughput.py): one full-size warm-up, then ``repeat`` timed
   ``spark.read.format("kafka")`` reads of the whole topic into the ``noop`` sink; result
   ``rows_per_s`` (one per timed run) and ``count`` (rows Spark read, checked once).
+- ``{"action": "latency_copy", "bootstrap", "source", "sink", "checkpoint", "started_file",
+  "stop_file", "max_seconds"}``: bench/latency.py's baseline, a streaming Kafka -> Kafka
+  copy of ``value`` until ``stop_file`` appears; result ``progress`` (every batch's JSON).
 
 Binary values travel as base64 (null stays null); headers as ``[[key, value], ...]`` or
 null. Common keys: ``jars`` (``spark.jars``), ``out`` (where the JSON result goes),
@@ -118,6 +121,37 @@ def bench_read(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"rows_per_s": rates, "count": count}
 
 
+def latency_copy(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """bench/latency.py's baseline: Kafka ``source`` -> ``value`` -> Kafka ``sink`` with
+    Spark's own connector, ``Trigger.ProcessingTime(0)``, until ``stop_file`` appears;
+    ``started_file`` is written once the first batch ran. Result: every progress (JSON)."""
+    import os
+    import time
+
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
+    query = (spark.readStream.format("kafka")
+             .option("kafka.bootstrap.servers", spec["bootstrap"])
+             .option("subscribe", spec["source"]).option("startingOffsets", "earliest").load()
+             .select("value").writeStream.format("kafka")
+             .option("kafka.bootstrap.servers", spec["bootstrap"]).option("topic", spec["sink"])
+             .option("checkpointLocation", spec["checkpoint"])
+             .trigger(processingTime="0 seconds").start())
+    deadline = time.monotonic() + float(spec["max_seconds"])
+    try:
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with open(spec["started_file"], "w"):
+            pass
+        while not os.path.exists(spec["stop_file"]) and time.monotonic() < deadline:
+            if query.exception() is not None:
+                raise SystemExit(f"latency_copy failed: {query.exception()}")
+            time.sleep(0.2)
+        progress = [json.loads(p.json) for p in query.recentProgress]
+    finally:
+        query.stop()
+    return {"progress": progress}
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
@@ -141,7 +175,7 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"this JVM runs Spark {spark.version}, the connector is for "
                              f"{spec['expect_spark']}: refusing to mix versions")
         actions = {"read": read, "write": write, "bench_write": bench_write,
-                   "bench_read": bench_read}
+                   "bench_read": bench_read, "latency_copy": latency_copy}
         result = actions[spec["action"]](spark, spec)
         result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
     finally:
