@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.demo.services.kafka import free_port
+from tests.helpers import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +104,7 @@ def alive(pid: int) -> bool:
 
 
 def _wait(condition: Any, timeout: float, what: str, logs: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}; logs: {logs}")
-        time.sleep(0.3)
+    return wait_for(condition, timeout, 0.3, what=f"{what} (logs: {logs})")
 
 
 @dataclass
