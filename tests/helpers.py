@@ -56,15 +56,14 @@ def announce(request: Any, line: str) -> None:
 
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2,
              what: str = "condition") -> Any:
-    """Poll ``condition`` until truthy or fail after ``timeout`` seconds (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """Poll ``condition`` until truthy or fail after ``timeout`` seconds (never a fixed sleep):
+    the product's ``poll_until``, failing the test at the timeout."""
+    from connectors.core.retry import poll_until
+
+    value = poll_until(condition, timeout=timeout, interval=interval)
+    if not value:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 def spark_builder(app: str = "eo-tests", master: str = "local[2]", **conf: str) -> Any:
