@@ -65,9 +65,10 @@ def kill_held_executor(request, run: ClusterRun, held_pid: int) -> None:
     assert not alive(executor)
 
 
-def test_executor_jvm_killed_mid_batch(request, cluster_run: ClusterRun) -> None:
-    began = time.monotonic()
-    proc = cluster_run.start(["faults"], hold=f"kafka@{BATCH}")
+def run_killing_the_held_executor(request, cluster_run: ClusterRun, hold: str) -> None:
+    """The ``faults`` job, its executor JVM killed where ``hold`` holds a task; then every
+    output exact."""
+    proc = cluster_run.start(["faults"], hold=hold)
     try:
         kill_held_executor(request, cluster_run, cluster_run.held(proc))
         output = cluster_run.finish(proc)
@@ -75,6 +76,11 @@ def test_executor_jvm_killed_mid_batch(request, cluster_run: ClusterRun) -> None
         reap(proc)
     assert "JOB DONE faults" in output and "Lost executor" in output
     assert_all_exact(cluster_run)
+
+
+def test_executor_jvm_killed_mid_batch(request, cluster_run: ClusterRun) -> None:
+    began = time.monotonic()
+    run_killing_the_held_executor(request, cluster_run, f"kafka@{BATCH}")
     announce(request, f"executor kill: exact in {time.monotonic() - began:.0f}s")
 
 
@@ -157,14 +163,7 @@ def test_executor_jvm_killed_mid_batch_with_state_and_files_on_s3(
 
     cluster_run.s3, cluster_run.s3_bucket = s3_service, s3_bucket
     began = time.monotonic()
-    proc = cluster_run.start(["faults"], hold=f"files@{BATCH}")
-    try:
-        kill_held_executor(request, cluster_run, cluster_run.held(proc))
-        output = cluster_run.finish(proc)
-    finally:
-        reap(proc)
-    assert "JOB DONE faults" in output and "Lost executor" in output
-    assert_all_exact(cluster_run)
+    run_killing_the_held_executor(request, cluster_run, f"files@{BATCH}")
     sink = FileSink(f"s3://{s3_bucket}{cluster_run.base}/files/faults",
                     storage_options=s3_service.python_options())
     listed = {f for f in sink.storage.walk_files(sink.path) if "/_" not in f}
