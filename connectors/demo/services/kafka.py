@@ -97,6 +97,29 @@ def _wait_ready(proc: subprocess.Popen[bytes], host_port: tuple[str, int], boots
     )
 
 
+#: Kafka keeps a descriptor open per partition segment (and a deleted topic's until
+#: ``file.delete.delay.ms`` passes): a few 1,000-partition topics made and dropped in a minute
+#: exhaust a 20,000 limit ("Too many open files", and the broker stops serving new topics).
+#: Kafka's own guidance is 100,000 or more.
+BROKER_OPEN_FILES = 1 << 20
+
+
+def _raise_open_files() -> None:
+    """``preexec_fn`` of the broker: its open-file limit to BROKER_OPEN_FILES when the
+    process may raise it (root), else to the hard limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limit in ((BROKER_OPEN_FILES, BROKER_OPEN_FILES), (hard, hard)):
+        if limit[0] <= soft:
+            return
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+            return
+        except (ValueError, OSError):
+            continue
+
+
 def _stop(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -165,13 +188,14 @@ class ApacheKafka:
 
     def __init__(self, *, workdir: str | None = None, port: int | None = None,
                  advertised_port: int | None = None, heap: str = "768m",
-                 extra_properties: dict[str, str] | None = None, keep: bool = False) -> None:
+                 extra_properties: dict[str, str] | None = None, keep: bool = False,
+                 scratch_root: str | None = None) -> None:
         self.port = port or free_port()
         self.controller_port = free_port()
         self.advertised_port = advertised_port or self.port
         self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self._own_dir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="eo-kafka-"))
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="eo-kafka-", dir=scratch_root))
         self.log_path: str | None = str(self.workdir / "broker.log")
         self.heap = heap
         self.extra = dict(extra_properties or {})
@@ -216,6 +240,7 @@ class ApacheKafka:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv
                 self._java("kafka.Kafka", str(config)),
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_raise_open_files,  # noqa: PLW1509 - before exec, no threads used
             )
         try:
             _wait_ready(self._proc, ("127.0.0.1", self.port), self.bootstrap,
@@ -335,17 +360,20 @@ class TansuBroker:
 
 
 def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
-                      advertised_port: int | None = None, keep: bool = False) -> LocalBroker:
+                      advertised_port: int | None = None, keep: bool = False,
+                      scratch_root: str | None = None) -> LocalBroker:
     """Apache Kafka from Maven Central jars; tansu only when Java or Maven is missing. The
     one broker start of the demo, the benchmarks and the tests (``keep``: leave Apache
-    Kafka's work directory for its log).
+    Kafka's work directory for its log; ``scratch_root``: where its own work directory goes
+    when ``workdir`` is not given).
 
     A resolution or start-up failure of Apache Kafka on a machine that has Java and Maven is
     an error, not a reason to fall back: the fallback would hide it.
     """
     missing = maven.java_and_maven()
     if missing is None:
-        return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=keep).start()
+        return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=keep,
+                           scratch_root=scratch_root).start()
     if not allow_tansu:
         raise ConnectorError(f"cannot start Apache Kafka: {missing}; tansu is not allowed here")
     log.warning("cannot start Apache Kafka (%s); falling back to tansu", missing)
