@@ -321,7 +321,11 @@ class ClientCache(Generic[C]):
 
     def _forget_after_fork(self) -> None:
         # A forked child must neither use nor close its parent's librdkafka handles (their
-        # threads did not survive the fork).
+        # threads did not survive the fork). Nor may it free them: dropping the last
+        # reference runs rd_kafka_destroy, which crashed the child with SIGSEGV (Spark's
+        # gateway launch forks with a preexec_fn, so this hook runs there). They are kept
+        # until the child exits or execs.
+        _ABANDONED_AFTER_FORK.append(self._clients)
         self._lock = threading.Lock()
         self._clients = OrderedDict()
 
@@ -408,6 +412,10 @@ class _Reaper:
             time.sleep(min(5.0, max(0.05, wait / 4)))
             for cache in list(_CACHES):
                 cache.reap()
+
+
+#: The parent's clients, never freed in a forked child (see ``_forget_after_fork``).
+_ABANDONED_AFTER_FORK: list[Any] = []
 
 
 def _after_fork_in_child() -> None:
