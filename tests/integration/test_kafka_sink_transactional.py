@@ -60,12 +60,15 @@ def test_records_carry_no_header_and_the_fact_is_a_stable_group_offset(
     assert all(not m.headers() for m in out), "transactional mode adds no header"
     # The fact: group eo-sink-<sink_id>-w2 holds offset 0 of the facts topic's partition 0,
     # with batch 7 in the offset's metadata.
-    facts = sink.options.facts_topic
-    fact = commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 7, timeout=30)
+    facts, scope = sink.options.facts_topic, commit_facts.scope_of(sink.wal_path)
+    fact = commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 7, scope, 30)
     assert fact is not None and fact.rows == ROWS
     assert sum(fact.partitions[topic].values()) == ROWS
-    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 8, 30) is None
-    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 1, facts, 7, 30) is None
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 8, scope, 30) is None
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 1, facts, 7, scope, 30) is None
+    # The same sink id with another walPath (another output) does not take it for its own.
+    other = commit_facts.scope_of(sink.wal_path + "-new")
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 7, other, 30) is None
 
 
 def test_retry_after_the_transaction_committed_writes_nothing(
@@ -174,7 +177,7 @@ def test_batch_produce_writes_exactly_what_produce_writes(
     """``rd_kafka_produce_batch`` (batchProduce=true, the default) and confluent-kafka's
     ``produce()`` write the same records to the same partitions: null stays null, empty
     stays empty, keyed rows go where the Java partitioner puts them."""
-    from connectors.kafka.sink.partitioner import key_partition
+    from connectors.kafka.sink.partitioner import NULL_KEY_RUN, key_partition, null_key_start
 
     topic = new_topic(partitions=4)
     table = _odd_rows()
@@ -186,7 +189,11 @@ def test_batch_produce_writes_exactly_what_produce_writes(
                  list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
                           strict=True)))
     assert all(m.partition() == key_partition(m.key(), 4) for m in got if m.key() is not None)
-    assert {m.partition() for m in got if m.key() is None} == {0, 1, 2, 3}
+    # Null keys: runs of NULL_KEY_RUN rows to consecutive partitions from the task's start.
+    start = null_key_start(1, 0)
+    assert {m.partition() for m in got if m.key() is None} == {
+        (start + i // NULL_KEY_RUN) % 4
+        for i, k in enumerate(table.column("key").to_pylist()) if k is None}
 
 
 def test_a_record_the_broker_refuses_fails_the_task_and_nothing_is_visible(

@@ -137,22 +137,27 @@ def test_vectorised_murmur2_equals_the_reference():
     assert [int(x) for x in strings] == [(-1993445489) & 0xFFFFFFFF, 126087238]
 
 
-def test_route_explicit_then_key_then_round_robin_by_seq():
+def test_route_explicit_then_key_then_sticky_runs_by_seq():
     keys = pa.array([b"1", None, b"12", None, b"123"], pa.binary())
     explicit = pa.array([None, None, None, 0, 2], pa.int32())
     seqs = np.arange(5)
     counts = np.full(5, 3)
-    parts = partitioner.route(keys, explicit, seqs, counts)
+    parts = partitioner.route(keys, explicit, seqs, counts, start=7)
     assert parts.tolist() == [
         partitioner.key_partition(b"1", 3),
-        1 % 3,  # null key: seq 1 round-robin
+        7 % 3,  # null key: seq 1 is in the task's first run, which starts at 7
         partitioner.key_partition(b"12", 3),
         0,  # explicit
         2,  # explicit wins over the key
     ]
-    assert partitioner.route(None, None, np.arange(7), np.full(7, 4)).tolist() == [
-        0, 1, 2, 3, 0, 1, 2
-    ]
+    run = partitioner.NULL_KEY_RUN
+    seqs = np.arange(3 * run + 1)
+    parts = partitioner.route(None, None, seqs, np.full(len(seqs), 4), start=2).tolist()
+    # Runs of NULL_KEY_RUN rows, each to the next partition, wrapping around.
+    assert parts == [2] * run + [3] * run + [0] * run + [1]
+    # The same on a retry; another (batch, writer) starts elsewhere.
+    start = partitioner.null_key_start(5, 1)
+    assert start == partitioner.null_key_start(5, 1) != partitioner.null_key_start(5, 2)
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -275,13 +280,13 @@ def test_python_errors_name_the_python_argument():
 def test_a_commit_fact_names_its_batch_in_the_metadata_and_nothing_else_passes_for_one() -> None:
     from connectors.kafka.sink.commit_facts import CommitFact
 
-    fact = CommitFact(41, 7, {"t": {"0": 3, "2": 4}})
+    fact = CommitFact(41, 7, {"t": {"0": 3, "2": 4}}, scope="ab12")
     assert CommitFact.decode(fact.encode()) == fact
     for metadata in (None, "", "not json", "[]", '{"rows": 3}', '{"b": "41"}'):
         assert CommitFact.decode(metadata) is None, metadata
     # Very many target partitions: the counts go, the batch stays.
-    wide = CommitFact(5, 10_000, {"t": {str(p): 10 for p in range(1000)}})
-    assert CommitFact.decode(wide.encode()) == CommitFact(5, 10_000)
+    wide = CommitFact(5, 10_000, {"t": {str(p): 10 for p in range(1000)}}, scope="ab12")
+    assert CommitFact.decode(wide.encode()) == CommitFact(5, 10_000, scope="ab12")
 
 
 def test_the_expiry_margin_is_a_tenth_of_the_retention_at_most_ten_minutes() -> None:

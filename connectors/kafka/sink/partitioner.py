@@ -8,9 +8,13 @@ recovery rule "max seq seen in partition p" meaningful:
 - a key is hashed with murmur2 exactly like the Java client's default partitioner
   (``Utils.toPositive(Utils.murmur2(key)) % numPartitions``), so keyed records land where
   Spark's own Kafka sink (and any Java producer) would put them;
-- a null key is routed round-robin by the row's recovery-key seq (``seq % numPartitions``).
-  librdkafka's default sends null keys to a random partition, which a retry could not
-  reproduce.
+- null keys go in runs of :data:`NULL_KEY_RUN` consecutive seqs to one partition, the
+  task's runs to consecutive partitions from a start that depends on (batch, writer):
+  ``(start + seq // NULL_KEY_RUN) % numPartitions``. Sticky like the Java client's default
+  for null keys (KIP-480), so a task touches few partitions and sends few, full produce
+  requests (librdkafka sends one request per partition: a task spreading 10,000 rows over
+  1,000 partitions one row at a time sent 1,000 requests of 10 rows), and reproducible on
+  a retry, which librdkafka's random choice is not.
 
 murmur2 runs vectorised over an Arrow binary column with numpy (keys grouped by length,
 4-byte blocks mixed column-wise), because a per-row Python hash would cost more than the
@@ -24,6 +28,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+#: Consecutive null-key rows that go to one partition (about 100 KB of 100-byte records).
+NULL_KEY_RUN = 1000
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -120,21 +127,29 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
     return out
 
 
+def null_key_start(batch_id: int, writer: int) -> int:
+    """Where a task's null-key runs begin (before ``% numPartitions``): spread over
+    partitions by batch and writer, the same on every attempt."""
+    return (batch_id * 7_919 + writer * 104_729) & 0x7FFFFFFF
+
+
 def route(
     keys: pa.Array | None,
     explicit: pa.Array | None,
     seqs: np.ndarray,
     num_partitions: np.ndarray,
+    start: int = 0,
 ) -> np.ndarray:
     """Target partition of every row (int32), in the row order of ``seqs``.
 
     ``num_partitions`` holds, per row, the partition count of that row's topic. Explicit
-    partitions win, then murmur2 of the key, then ``seq % num_partitions`` for null keys.
+    partitions win, then murmur2 of the key, then runs of :data:`NULL_KEY_RUN` seqs from
+    ``start`` (:func:`null_key_start`) for null keys.
     """
     n = len(seqs)
     counts = num_partitions.astype(np.int64)
-    # Null keys: round-robin by seq, reproducible on a retry (seq is deterministic).
-    target = seqs.astype(np.int64) % counts
+    # Null keys: sticky runs by seq, reproducible on a retry (seq is deterministic).
+    target = (start + seqs.astype(np.int64) // NULL_KEY_RUN) % counts
     if keys is not None and keys.null_count < n:
         hashed = (murmur2_array(keys).astype(np.int64) & 0x7FFFFFFF) % counts
         has_key = _valid(keys)

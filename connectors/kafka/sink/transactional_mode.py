@@ -27,6 +27,7 @@ from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, Lease
 from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery
 from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.partitioner import null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, route, shape
 from connectors.kafka.sink.writer import KafkaWriter, TaskReport
@@ -113,11 +114,12 @@ class TransactionalWriter(KafkaWriter):
                 return report
             # 3T. One transaction: every row, then the commit fact, then commit.
             self.begin(slot)
+            start = null_key_start(self.task.batch_id, self.task.writer_id)
             for batch in itertools.chain([first], batches):
                 if not batch.num_rows:
                     continue
                 rows = shape(pa.Table.from_batches([batch]), topic, self.sink_id)
-                routing = route(rows, counts, self.sink_id)
+                routing = route(rows, counts, self.sink_id, start, first_seq=report.rows)
                 order = np.argsort(routing.target_ids, kind="stable")
                 report.produced += self.produce(slot.producer, rows, routing.parts, order,
                                                 done=report.produced)
@@ -144,7 +146,9 @@ class TransactionalWriter(KafkaWriter):
         producers.init_transactions(slot, self.options.flush_timeout)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
-        fact = self.facts.read(self.options.facts_topic, b, self.options.metadata_retry_timeout)
+        fact = self.facts.read(self.options.facts_topic, b,
+                               commit_facts.scope_of(self.options.wal_path),
+                               self.options.metadata_retry_timeout)
         report = self.report
         report.retry = self.task.attempt > 0 or fact is not None
         # 2E. No fact: create the task's started marker first, or, when an earlier attempt
@@ -171,7 +175,8 @@ class TransactionalWriter(KafkaWriter):
         began = time.perf_counter()
         timeout = self.options.flush_timeout
         # 3T. (end) The commit fact goes into the transaction, which then commits.
-        fact = commit_facts.CommitFact(self.task.batch_id, report.produced, report.partitions)
+        fact = commit_facts.CommitFact(self.task.batch_id, report.produced, report.partitions,
+                                       commit_facts.scope_of(self.options.wal_path))
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         self.facts.send(slot.producer, self.options.facts_topic, fact, timeout)

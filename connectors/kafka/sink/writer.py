@@ -39,6 +39,7 @@ from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, retrying
 from connectors.kafka.sink import batch_produce, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.partitioner import null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, deterministic_order, picker, route, shape
 
@@ -94,7 +95,8 @@ class KafkaWriter:
                 table = deterministic_order(table)
             rows = shape(table, self.options.topic, self.sink_id)
             report.rows = rows.n
-            routing = route(rows, self.partition_counts(rows.topics), self.sink_id)
+            routing = route(rows, self.partition_counts(rows.topics), self.sink_id,
+                            null_key_start(self.task.batch_id, self.task.writer_id))
             # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
             skip = self.recover(rows, routing, slot)
             if report.already_committed:
