@@ -76,12 +76,12 @@ def test_a_retry_after_the_fact_expired_refuses_then_skip_finishes_the_batch_exa
     sink = _sink(bootstrap, tmp_path, topic, sink_id)
     sink.commit(0, [sink.stage(TaskInfo(0, 0), iter(_rows(0).to_batches()))])
     _stage_dying_after_commit(monkeypatch, sink, 1)
-    facts = sink.options.facts_topic
-    assert commit_facts.read_fact(sink.producer_conf, sink_id, 0, facts, 1, 30) is not None
+    facts, scope = sink.options.facts_topic, commit_facts.scope_of(sink.wal_path)
+    assert commit_facts.read_fact(sink.producer_conf, sink_id, 0, facts, 1, scope, 30) is not None
 
     # The query stays down: Kafka deletes the fact RETENTION_MINUTES after its commit.
     began = time.monotonic()
-    wait_for(lambda: commit_facts.read_fact(sink.producer_conf, sink_id, 0, facts, 1, 30)
+    wait_for(lambda: commit_facts.read_fact(sink.producer_conf, sink_id, 0, facts, 1, scope, 30)
              is None, timeout=RETENTION_MINUTES * 60 + 90, interval=2.0,
              what="the broker to expire the commit fact")
     print(f"fact expired after {time.monotonic() - began:.0f} s", flush=True)

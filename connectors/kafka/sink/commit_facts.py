@@ -37,6 +37,7 @@ what to check, unless ``expiredFactPolicy`` says what to do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -93,6 +94,14 @@ def ensure_facts_topic(admin: Any, topic: str, timeout: float) -> bool:
     return True
 
 
+def scope_of(wal_path: str) -> str:
+    """The fact's scope: which output it belongs to. Facts of every sink share one topic and
+    the group names only the sink id, so a fact also names the sink's ``walPath`` (a digest):
+    a sink id used again with another ``walPath`` (a new output) never takes the old
+    output's facts for its own."""
+    return hashlib.sha256(wal_path.rstrip("/").encode()).hexdigest()[:16]
+
+
 @dataclass
 class CommitFact:
     """What a committed task attempt recorded about itself."""
@@ -100,12 +109,15 @@ class CommitFact:
     batch_id: int
     rows: int
     partitions: dict[str, dict[str, int]] = field(default_factory=dict)
+    scope: str = ""
 
     def encode(self) -> str:
-        body = {"b": self.batch_id, "rows": self.rows, "partitions": self.partitions}
+        body = {"b": self.batch_id, "s": self.scope, "rows": self.rows,
+                "partitions": self.partitions}
         text = json.dumps(body, separators=(",", ":"))
         if len(text) > _MAX_METADATA:  # very many target partitions: keep the count only
-            text = json.dumps({"b": self.batch_id, "rows": self.rows}, separators=(",", ":"))
+            text = json.dumps({"b": self.batch_id, "s": self.scope, "rows": self.rows},
+                              separators=(",", ":"))
         return text
 
     @classmethod
@@ -118,15 +130,16 @@ class CommitFact:
         if not isinstance(body, dict) or not isinstance(body.get("b"), int):
             return None
         return cls(batch_id=body["b"], rows=int(body.get("rows", 0)),
-                   partitions=body.get("partitions") or {})
+                   partitions=body.get("partitions") or {}, scope=str(body.get("s", "")))
 
 
 def read_fact(conf: Any, sink_id: str, writer: int, facts_topic: str, batch_id: int,
-              timeout: float) -> CommitFact | None:
-    """The fact of (batch_id, writer) when its transaction committed, else None."""
+              scope: str, timeout: float) -> CommitFact | None:
+    """The fact of (batch_id, writer) in ``scope`` when its transaction committed, else
+    None."""
     lease = fact_writer(conf, sink_id, writer, facts_topic, timeout)
     try:
-        return lease.client.read(facts_topic, batch_id, timeout)
+        return lease.client.read(facts_topic, batch_id, scope, timeout)
     finally:
         lease.release()
 
@@ -263,7 +276,8 @@ class FactWriter:
         self._consumer = Consumer(consumer_conf)
         self._sink_id, self._writer = sink_id, writer
 
-    def read(self, facts_topic: str, batch_id: int, timeout: float) -> CommitFact | None:
+    def read(self, facts_topic: str, batch_id: int, scope: str,
+             timeout: float) -> CommitFact | None:
         """One OffsetFetch (require_stable) to the group's coordinator; transient errors (a
         coordinator loading or moving, an offset still unstable) are asked again for up to
         ``timeout`` seconds."""
@@ -282,7 +296,9 @@ class FactWriter:
         if tp is None or tp.offset != FACT_OFFSET:
             return None
         fact = CommitFact.decode(tp.metadata)
-        return fact if fact is not None and fact.batch_id == batch_id else None
+        if fact is None or (fact.batch_id, fact.scope) != (batch_id, scope):
+            return None
+        return fact
 
     def send(self, producer: Any, facts_topic: str, fact: CommitFact, timeout: float) -> None:
         from confluent_kafka import TopicPartition
