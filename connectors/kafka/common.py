@@ -39,6 +39,7 @@ from typing import Any, Generic, TypeVar
 
 from connectors.core.declared import DURATION, Opt
 from connectors.core.errors import ConnectorError
+from connectors.core.options import scrub_known
 from connectors.core.retry import retry_until
 
 log = logging.getLogger(__name__)
@@ -71,11 +72,16 @@ SHARED_OPTIONS = ("kafka.", "storage.", "walPath", CONNECT_TIMEOUT.spark,
 
 # -- librdkafka's log lines --------------------------------------------------------------------
 class _Quiet(logging.Filter):
-    """Demote every librdkafka record to DEBUG (shown only when that logger enables it)."""
+    """Demote every librdkafka record to DEBUG (shown only when that logger enables it),
+    and scrub the secrets this process knows from the records that pass (librdkafka redacts
+    its own configuration dumps; this covers whatever else it may quote)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.msg, record.args = scrub_known(record.getMessage()), ()
+        return True
 
 
 LIBRDKAFKA_LOG = logging.getLogger("connectors.kafka.librdkafka")
