@@ -110,6 +110,11 @@ _TRANSIENT_NAMES = (
 )
 
 
+# Never transient, whatever a path's retriable flag says: asking again with the same
+# credentials or certificates gets the same answer, only later.
+_NEVER_TRANSIENT = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL")
+
+
 def kafka_error(exc: BaseException) -> Any | None:
     """The ``confluent_kafka.KafkaError`` inside ``exc`` (or ``exc`` itself), else None."""
     from confluent_kafka import KafkaError, KafkaException
@@ -127,7 +132,7 @@ def is_transient(exc: BaseException) -> bool:
     err = kafka_error(exc)
     if err is None:
         return False
-    if err.fatal():
+    if err.fatal() or str(err.name()) in _NEVER_TRANSIENT:
         return False
     if err.retriable():
         return True
@@ -161,7 +166,7 @@ def retrying(
                        on_retry=on_retry, first_backoff=first_backoff, max_backoff=max_backoff)
 
 
-def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException,
+def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException | str,
                 where: str = "from here") -> str:
     """The one error of a cluster that did not answer the first request within
     ``connectTimeout``: the bootstrap servers and the likely causes (no secrets)."""
