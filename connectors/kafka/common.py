@@ -55,10 +55,12 @@ DEFAULT_RETRY_TIMEOUT = 60.0
 
 CONNECT_TIMEOUT = Opt(
     "connectTimeout", "connect_timeout", DURATION, DEFAULT_CONNECT_TIMEOUT, minimum=0.1,
-    help="the bound on the driver's first request to the cluster, before any task runs. An "
-    "unreachable cluster, a TLS/SASL mismatch or failed authentication fails in that time with "
-    "one error that names the bootstrap servers and the likely causes; librdkafka's own "
-    "connection logs go to the Python logger `connectors.kafka.librdkafka` at DEBUG")
+    help="the bound on the driver's first request to the cluster, counted from the start of "
+    "the call, before any task runs: an unreachable cluster fails in that time with one error "
+    "that names the bootstrap servers and librdkafka's last connection error. A broker that "
+    "answers but fails the handshake (a security protocol mismatch) or the authentication "
+    "fails at once, with that cause first; librdkafka's own connection logs go to the Python "
+    "logger `connectors.kafka.librdkafka` at DEBUG")
 METADATA_RETRY_TIMEOUT = Opt(
     "metadataRetryTimeout", "metadata_retry_timeout", DURATION, DEFAULT_RETRY_TIMEOUT, minimum=0,
     help="how long metadata, ListOffsets and commit-fact requests are retried on transient "
