@@ -10,7 +10,11 @@ librdkafka reported about the connection (``error_cb``, :class:`ConnectWatch`):
   TLS against a plain listener or the reverse) or refuses authentication will not get better
   by waiting: the call fails as soon as librdkafka has seen it twice, with the security
   protocol mismatch (or the authentication, or the certificate) named first and what to
-  check;
+  check. Two of librdkafka's reports are ambiguous: a listener that closes the connection
+  during a TLS handshake or during the first plaintext request may be a listener of the
+  other protocol, or a proxy whose brokers are down (HAProxy accepts and closes). Those are
+  confirmed by one probe of the listener (:func:`speaks_kafka_plaintext`,
+  :func:`speaks_tls`) before they end the wait; unconfirmed, the wait goes on;
 - a broker that does not answer (refused, unresolvable, filtered) is asked until the deadline,
   then fails with :func:`connectors.kafka.common.unreachable`'s message and librdkafka's last
   connection error.
@@ -22,6 +26,10 @@ No message holds a secret: librdkafka's words are passed through
 from __future__ import annotations
 
 import logging
+import re
+import socket
+import ssl
+import struct
 import threading
 import time
 import weakref
@@ -85,17 +93,20 @@ class ConnectWatch:
 
     def verdict(self) -> tuple[str, str] | None:
         """``(cause, librdkafka's words)`` once a handshake or authentication failure was
-        seen :data:`HANDSHAKE_FAILURES` times; None while it may still connect."""
+        seen :data:`HANDSHAKE_FAILURES` times (an unambiguous one first); None while it may
+        still connect."""
         counts: dict[str, int] = {}
         with self._lock:
             seen = list(self._seen)
+        found: list[tuple[str, str]] = []
         for name, text in seen:
             cause = _cause(name, text)
             if cause is not None:
                 counts[cause] = counts.get(cause, 0) + 1
-                if counts[cause] >= HANDSHAKE_FAILURES:
-                    return cause, text
-        return None
+                if counts[cause] == HANDSHAKE_FAILURES:
+                    found.append((cause, text))
+        found.sort(key=lambda f: f[0] in _AMBIGUOUS)
+        return found[0] if found else None
 
     def last(self) -> str | None:
         """librdkafka's latest connection error (``Connect to ... failed: ...``)."""
@@ -107,6 +118,64 @@ class ConnectWatch:
 
 
 _WATCHES: weakref.WeakKeyDictionary[Any, ConnectWatch] = weakref.WeakKeyDictionary()
+
+#: A listener closing the connection says this much; the probes say what it speaks.
+_AMBIGUOUS = (_TLS_ON_PLAIN, _PLAIN_ON_TLS)
+#: The longest a probe may take, in seconds.
+PROBE_TIMEOUT = 2.0
+
+
+def _address(said: str, bootstrap: Any) -> tuple[str, int] | None:
+    """The broker librdkafka's message is about (``sasl_ssl://h:9093/bootstrap: ...``),
+    else the first bootstrap server."""
+    m = re.match(r"^(?:\w+://)?\[?([^\s\[\]/]+?)\]?:(\d+)/", said)
+    if m is None:
+        m = re.match(r"^\s*(?:\w+://)?\[?([^\s,\[\]]+?)\]?:(\d+)", str(bootstrap))
+    return None if m is None else (m.group(1), int(m.group(2)))
+
+
+def speaks_kafka_plaintext(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether the listener answers a plaintext Kafka ApiVersions request (a PLAINTEXT or
+    SASL_PLAINTEXT listener does, before any authentication)."""
+    correlation = 0x656F6B31
+    # size, api_key 18 (ApiVersions), version 0, correlation id, null client id
+    request = struct.pack(">ihhih", 10, 18, 0, correlation, -1)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(request)
+            answer = b""
+            while len(answer) < 8:
+                chunk = sock.recv(8 - len(answer))
+                if not chunk:
+                    return False
+                answer += chunk
+    except OSError:
+        return False
+    size, got = struct.unpack(">ii", answer)
+    return got == correlation and 0 < size < 1 << 20
+
+
+def speaks_tls(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether the listener completes a TLS handshake (its certificate is not judged: the
+    question is only which protocol it speaks)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # a probe of the protocol; no data is exchanged
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock, \
+                context.wrap_socket(sock, server_hostname=host):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def _confirmed(cause: str, said: str, bootstrap: Any, timeout: float) -> bool:
+    address = _address(said, bootstrap)
+    if address is None:
+        return False
+    probe = speaks_kafka_plaintext if cause == _TLS_ON_PLAIN else speaks_tls
+    return probe(*address, timeout=max(0.1, min(PROBE_TIMEOUT, timeout)))
 
 
 def watched_admin(conf: Mapping[str, Any]) -> Any:
@@ -135,6 +204,7 @@ def first_contact(client: Any, ask: Callable[[float], T], *, timeout: float,
         watch = None
     wait = FIRST_SLICE
     last: BaseException | None = None
+    probed: set[str] = set()
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -150,8 +220,16 @@ def first_contact(client: Any, ask: Callable[[float], T], *, timeout: float,
             continue
         client.poll(0)  # serves error_cb
         found = watch.verdict()
-        if found is not None:
-            raise error(diagnose(who, bootstrap, conf, *found)) from None
+        if found is None:
+            continue
+        cause, said = found
+        if cause in _AMBIGUOUS:
+            if cause in probed:
+                continue
+            probed.add(cause)
+            if not _confirmed(cause, said, bootstrap, deadline - time.monotonic()):
+                continue
+        raise error(diagnose(who, bootstrap, conf, cause, said)) from None
     detail: Any = last if watch is None or watch.last() is None else watch.last()
     message = unreachable(who, bootstrap, timeout, scrub(str(detail), conf), where)
     raise error(message) from None

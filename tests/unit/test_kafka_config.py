@@ -298,3 +298,137 @@ def test_no_secret_reaches_the_wal_or_the_sink_state(tmp_path: Any) -> None:
         for f in files:
             with open(os.path.join(root, f), "rb") as fh:
                 assert MARKER.encode() not in fh.read()
+
+
+class _Listener:
+    """A loopback listener that answers like a plaintext Kafka broker (``kafka=True``: the
+    ApiVersions correlation id comes back) or accepts and closes, like a proxy whose brokers
+    are down."""
+
+    def __init__(self, kafka: bool) -> None:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.kafka = kafka
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import struct
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                if self.kafka:
+                    request = conn.recv(14)
+                    correlation = struct.unpack(">i", request[8:12])[0]
+                    conn.sendall(struct.pack(">iih", 6, correlation, 0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_probes_tell_a_kafka_listener_from_one_that_closes() -> None:
+    from connectors.kafka.connect import speaks_kafka_plaintext, speaks_tls
+
+    kafka, closing = _Listener(kafka=True), _Listener(kafka=False)
+    try:
+        assert speaks_kafka_plaintext("127.0.0.1", kafka.port)
+        assert not speaks_kafka_plaintext("127.0.0.1", closing.port)
+        assert not speaks_tls("127.0.0.1", kafka.port)
+        assert not speaks_tls("127.0.0.1", closing.port)
+    finally:
+        kafka.close()
+        closing.close()
+
+
+@pytest.mark.parametrize("kafka", [True, False])
+def test_a_closed_tls_handshake_is_a_mismatch_only_if_the_listener_speaks_kafka(
+        kafka: bool) -> None:
+    """librdkafka says the same when a PLAINTEXT listener drops a TLS client and when a
+    proxy with no broker behind it closes every connection: only the first ends the wait."""
+    from connectors.kafka import connect
+
+    listener = _Listener(kafka)
+    said = (f"sasl_ssl://127.0.0.1:{listener.port}/bootstrap: SSL handshake failed: "
+            "Disconnected: SSL connection closed by peer (after 0ms in state SSL_HANDSHAKE)")
+
+    class Client:
+        def poll(self, _timeout: float) -> None:
+            pass
+
+        def list_topics(self, timeout: float) -> None:
+            time.sleep(timeout)
+            raise RuntimeError("Failed to get metadata: Local: Broker transport failure")
+
+    client = Client()
+    connect._WATCHES[client] = _watch(("_TRANSPORT", said), ("_TRANSPORT", said))
+    began = time.monotonic()
+    try:
+        with pytest.raises(KafkaSinkError) as e:
+            first_contact(client, client.list_topics, timeout=1.0, who="w",
+                          bootstrap=f"127.0.0.1:{listener.port}",
+                          conf={"security.protocol": "SASL_SSL"}, error=KafkaSinkError)
+    finally:
+        listener.close()
+    took = time.monotonic() - began
+    if kafka:
+        assert "security protocol mismatch" in str(e.value) and took < 0.9
+        assert "does not speak TLS" in str(e.value)
+    else:
+        assert "cannot reach Kafka" in str(e.value) and took >= 0.95
+
+
+def test_the_tls_probe_completes_a_handshake_with_a_tls_listener(tmp_path: Any) -> None:
+    import datetime
+    import ssl
+    import threading
+
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from connectors.kafka.connect import speaks_kafka_plaintext, speaks_tls
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(hours=1)).sign(key, hashes.SHA256()))
+    (tmp_path / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "k.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(1)
+            except (OSError, ssl.SSLError):
+                pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        assert speaks_tls("127.0.0.1", port)
+        assert not speaks_kafka_plaintext("127.0.0.1", port)
+    finally:
+        listener.close()
