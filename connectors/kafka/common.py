@@ -334,7 +334,10 @@ class ClientCache(Generic[C]):
 
     def _forget_after_fork(self) -> None:
         # A forked child must neither use nor close its parent's librdkafka handles (their
-        # threads did not survive the fork).
+        # threads did not survive the fork). Dropping the last reference would close them
+        # (rd_kafka_destroy joins threads the child does not have): they stay referenced,
+        # unused, until the child execs or exits.
+        _INHERITED.append(self._clients)
         self._lock = threading.Lock()
         self._clients = OrderedDict()
 
@@ -370,6 +373,8 @@ class _Entry(Generic[C]):
 
 
 _CACHES: list[ClientCache[Any]] = []
+#: In a forked child: the parent's cached clients, never used and never closed.
+_INHERITED: list[Any] = []
 
 
 def cached_client_counts() -> dict[str, int]:
