@@ -19,7 +19,7 @@ option ``ignoreUnknownOptions=true`` turns the error back into a warning.
 
 Every error is an :class:`OptionError` that names the option with the user's spelling
 (``startingOffsets``, not ``startingoffsets``), says what was wrong and what is valid, and
-never repeats the value of a secret option.
+never repeats the value of a secret option (:mod:`connectors.core.secrets`).
 """
 
 from __future__ import annotations
@@ -33,14 +33,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from connectors.core.errors import OptionError
+from connectors.core.secrets import (  # noqa: F401 - re-exported: the options' secrets
+    MIN_SCRUBBED,
+    REDACTED,
+    RedactedDict,
+    Secret,
+    is_secret,
+    redact_url,
+    scrub_known,
+)
 
 log = logging.getLogger(__name__)
-
-# Option names whose values must never be logged, echoed in errors or shown in repr().
-_SECRET_PATTERN = re.compile(
-    r"(password|passwd|secret|token|sasl\.jaas|ssl\.key|credential|api[._-]?key)", re.I
-)
-REDACTED = "***"
 
 #: Options Spark itself sets or reads on a source or sink: never "unknown".
 SPARK_OPTIONS = ("checkpointLocation", "path", "queryName", "batchId",
@@ -82,53 +85,6 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def is_secret(name: str) -> bool:
-    """True when an option or config key names a secret (passwords, SASL JAAS, keys)."""
-    return bool(_SECRET_PATTERN.search(name))
-
-
-def redact_url(url: str) -> str:
-    """``scheme://user:pass@host/db`` -> ``scheme://user:***@host/db``; also ``password=`` args."""
-    url = re.sub(r"(://[^:/@]+:)[^@]*@", r"\1" + REDACTED + "@", url)
-    return re.sub(r"(?i)(password=)[^&;\s]*", r"\1" + REDACTED, url)
-
-
-class RedactedDict(dict[str, str]):
-    """A plain dict (librdkafka takes it as is) whose repr hides secret values."""
-
-    def __repr__(self) -> str:
-        shown = {k: (REDACTED if is_secret(k) else v) for k, v in self.items()}
-        return repr(shown)
-
-    __str__ = __repr__
-
-
-class Secret:
-    """A secret string: ``repr``/``str`` show ``***``; ``.get()`` returns the value."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Secret, (self._value,))
-
-
 def parse_duration(text: str) -> float:
     """``"500ms"`` -> 0.5, ``"10s"``/``"10 seconds"`` -> 10.0, ``"2m"`` -> 120.0, ``"3"`` -> 3.0."""
     m = _DURATION_RE.match(text)
@@ -168,6 +124,10 @@ class OptionReader:
         """Whether ``name`` was given, without making it a valid name of this connector
         (a deprecated spelling is looked for, never suggested)."""
         return name.lower() in self._raw
+
+    def spelling(self, name: str) -> str:
+        """``name`` as the user spelled it, when given (``name`` itself otherwise)."""
+        return self._spelling.get(name.lower(), name)
 
     def has(self, name: str) -> bool:
         self._asked.setdefault(name.lower(), name)

@@ -39,6 +39,7 @@ from typing import Any, Generic, TypeVar
 
 from connectors.core.declared import DURATION, Opt
 from connectors.core.errors import ConnectorError
+from connectors.core.options import scrub_known
 from connectors.core.retry import retry_until
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,12 @@ DEFAULT_RETRY_TIMEOUT = 60.0
 
 CONNECT_TIMEOUT = Opt(
     "connectTimeout", "connect_timeout", DURATION, DEFAULT_CONNECT_TIMEOUT, minimum=0.1,
-    help="the bound on the driver's first request to the cluster, before any task runs. An "
-    "unreachable cluster, a TLS/SASL mismatch or failed authentication fails in that time with "
-    "one error that names the bootstrap servers and the likely causes; librdkafka's own "
-    "connection logs go to the Python logger `connectors.kafka.librdkafka` at DEBUG")
+    help="the bound on the driver's first request to the cluster, counted from the start of "
+    "the call, before any task runs: an unreachable cluster fails in that time with one error "
+    "that names the bootstrap servers and librdkafka's last connection error. A broker that "
+    "answers but fails the handshake (a security protocol mismatch) or the authentication "
+    "fails at once, with that cause first; librdkafka's own connection logs go to the Python "
+    "logger `connectors.kafka.librdkafka` at DEBUG")
 METADATA_RETRY_TIMEOUT = Opt(
     "metadataRetryTimeout", "metadata_retry_timeout", DURATION, DEFAULT_RETRY_TIMEOUT, minimum=0,
     help="how long metadata, ListOffsets and commit-fact requests are retried on transient "
@@ -71,11 +74,16 @@ SHARED_OPTIONS = ("kafka.", "storage.", "walPath", CONNECT_TIMEOUT.spark,
 
 # -- librdkafka's log lines --------------------------------------------------------------------
 class _Quiet(logging.Filter):
-    """Demote every librdkafka record to DEBUG (shown only when that logger enables it)."""
+    """Demote every librdkafka record to DEBUG (shown only when that logger enables it),
+    and scrub the secrets this process knows from the records that pass (librdkafka redacts
+    its own configuration dumps; this covers whatever else it may quote)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.msg, record.args = scrub_known(record.getMessage()), ()
+        return True
 
 
 LIBRDKAFKA_LOG = logging.getLogger("connectors.kafka.librdkafka")
@@ -104,6 +112,11 @@ _TRANSIENT_NAMES = (
 )
 
 
+# Never transient, whatever a path's retriable flag says: asking again with the same
+# credentials or certificates gets the same answer, only later.
+_NEVER_TRANSIENT = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL")
+
+
 def kafka_error(exc: BaseException) -> Any | None:
     """The ``confluent_kafka.KafkaError`` inside ``exc`` (or ``exc`` itself), else None."""
     from confluent_kafka import KafkaError, KafkaException
@@ -121,7 +134,7 @@ def is_transient(exc: BaseException) -> bool:
     err = kafka_error(exc)
     if err is None:
         return False
-    if err.fatal():
+    if err.fatal() or str(err.name()) in _NEVER_TRANSIENT:
         return False
     if err.retriable():
         return True
@@ -155,7 +168,7 @@ def retrying(
                        on_retry=on_retry, first_backoff=first_backoff, max_backoff=max_backoff)
 
 
-def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException,
+def unreachable(who: str, bootstrap: Any, timeout: float, error: BaseException | str,
                 where: str = "from here") -> str:
     """The one error of a cluster that did not answer the first request within
     ``connectTimeout``: the bootstrap servers and the likely causes (no secrets)."""
@@ -360,7 +373,6 @@ class _Entry(Generic[C]):
         self.discarded = False
 
 
-_CACHES: list[ClientCache[Any]] = []
 
 
 def cached_client_counts() -> dict[str, int]:
@@ -414,6 +426,7 @@ class _Reaper:
                 cache.reap()
 
 
+_CACHES: list[ClientCache[Any]] = []
 #: The parent's clients, never freed in a forked child (see ``_forget_after_fork``).
 _ABANDONED_AFTER_FORK: list[Any] = []
 

@@ -29,6 +29,7 @@ from connectors.kafka.common import (
     FAMILY,
     METADATA_RETRY_TIMEOUT,
 )
+from connectors.kafka.config import check_client_config
 from connectors.kafka.sink import recovery
 from connectors.kafka.sink.commit_facts import DEFAULT_FACTS_TOPIC, EXPIRED_FACT_POLICIES
 from connectors.kafka.sink.producers import producer_config
@@ -149,7 +150,14 @@ class KafkaSinkOptions(Declared):
                           "1-249 characters from A-Z a-z 0-9 . _ -")
         check_state_path(v["wal_path"], v["storage_options"], FAMILY, v.name("wal_path"))
         recovery.key_prefix(v["sink_id"], 0, 0)  # validates the sink id's length
+        conf = producer_config(kafka_options, v["bootstrap_servers"], v["unsafe"])
+        # The producer's whole configuration, checked by librdkafka now (on the driver, at
+        # the constructor or save()/start()), not in a task (connectors.kafka.config).
+        spark = v.name("kafka_options") == "kafka."
+        check_client_config(FAMILY, conf, "producer",
+                            option=(lambda k: f"kafka.{k}") if spark
+                            else (lambda k: f'kafka_options["{k}"]'),
+                            also_for="consumer")
         return v.build(
             cls, used=("bootstrap_servers", "kafka_options", "storage_options"),
-            producer_conf=producer_config(kafka_options, v["bootstrap_servers"], v["unsafe"]),
-            storage=v["storage_options"])
+            producer_conf=conf, storage=v["storage_options"])

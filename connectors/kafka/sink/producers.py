@@ -232,14 +232,14 @@ def admin(conf: Mapping[str, str], auto_create: bool = False) -> Iterator[Any]:
     ``allow.auto.create.topics`` defaults to true."""
 
     def make() -> Any:
-        from confluent_kafka.admin import AdminClient
+        from connectors.kafka.connect import watched_admin
 
         admin_conf: dict[str, Any] = {k: v for k, v in conf.items() if k not in _PRODUCER_ONLY}
         admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
         # Often the first client of a short-lived process (the driver's planner worker).
         admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
         admin_conf["logger"] = LIBRDKAFKA_LOG
-        return AdminClient(admin_conf)
+        return watched_admin(admin_conf)  # its connection errors explain a first contact
 
     with _ADMINS.lease((*_conf_key(conf), ("\0auto_create", str(auto_create))), make) as c:
         yield c

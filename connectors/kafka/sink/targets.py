@@ -15,7 +15,8 @@ from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.retry import poll_until
-from connectors.kafka.common import FAMILY, is_transient, retrying, unreachable
+from connectors.kafka.common import FAMILY, is_transient, retrying
+from connectors.kafka.connect import first_contact
 from connectors.kafka.sink import producers
 from connectors.kafka.sink.options import KafkaSinkOptions
 
@@ -31,19 +32,18 @@ _WARNED: set[tuple[str, str]] = set()
 _WARNED_LOCK = threading.Lock()
 
 
-def check_reachable(options: KafkaSinkOptions) -> None:
-    """The first request to the cluster, bounded by ``connectTimeout``: an unreachable or
+def check_reachable(options: KafkaSinkOptions, started: float | None = None) -> None:
+    """The first request to the cluster, bounded by ``connectTimeout`` from ``started``
+    (default: now; :func:`connectors.kafka.connect.first_contact`): an unreachable or
     misconfigured cluster fails in that time with one error naming the bootstrap servers
-    and the likely causes. With a ``topic`` option it asks for that topic's metadata only,
+    and the likely cause. With a ``topic`` option it asks for that topic's metadata only,
     not the whole cluster's (which is large on a cluster with many topics)."""
-    timeout = options.connect_timeout
-    try:
-        with producers.admin(options.producer_conf) as admin:
-            admin.list_topics(topic=options.topic, timeout=timeout)
-    except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
-        raise KafkaSinkError(unreachable(
-            f"{FAMILY} sink {options.sink_id}", options.producer_conf.get("bootstrap.servers"),
-            timeout, e)) from None
+    with producers.admin(options.producer_conf) as admin:
+        first_contact(admin, lambda seconds: admin.list_topics(topic=options.topic,
+                                                               timeout=seconds),
+                      timeout=options.connect_timeout, who=f"{FAMILY} sink {options.sink_id}",
+                      bootstrap=options.producer_conf.get("bootstrap.servers"),
+                      conf=options.producer_conf, error=KafkaSinkError, started=started)
 
 
 def ensure_facts_topic(options: KafkaSinkOptions) -> None:

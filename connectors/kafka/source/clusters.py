@@ -8,11 +8,13 @@ pickled (the Spark reader that owns them travels to executors). Every answer is 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka.common import LIBRDKAFKA_LOG, retrying, unreachable
+from connectors.kafka.common import LIBRDKAFKA_LOG, retrying
+from connectors.kafka.connect import first_contact, watched_admin
 from connectors.kafka.source.offsets import TP, Offsets, tp_name
 from connectors.kafka.source.options import ClusterSpec, KafkaSourceOptions
 
@@ -38,11 +40,9 @@ class Clusters:
     def admin(self, cluster: ClusterSpec) -> Any:
         client = self._admins.get(cluster.name)
         if client is None:
-            from confluent_kafka.admin import AdminClient
-
             conf: dict[str, Any] = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
             conf["logger"] = LIBRDKAFKA_LOG
-            client = AdminClient(conf)
+            client = watched_admin(conf)
             self._admins[cluster.name] = client
         return client
 
@@ -73,12 +73,13 @@ class Clusters:
     def partitions(self) -> dict[TP, None]:
         """Current partitions matched by every cluster's subscription (sorted)."""
         out: dict[TP, None] = {}
+        started = time.monotonic()
         for c in self.opts.clusters:
             def metadata(c: ClusterSpec = c) -> Any:
                 return self.admin(c).list_topics(timeout=self.opts.poll_timeout)
 
             if c.name not in self._reached:
-                self._first_contact(c)
+                self._first_contact(c, started)
             md = retrying(
                 metadata,
                 what=f"eo_kafka: listing the topics of cluster {c.name or c.bootstrap}",
@@ -102,17 +103,17 @@ class Clusters:
                         out[(c.name, topic, p)] = None
         return dict.fromkeys(sorted(out))
 
-    def _first_contact(self, c: ClusterSpec) -> None:
-        """The first metadata request to a cluster, bounded by ``connectTimeout``: an
-        unreachable or misconfigured cluster fails in that time with one error that names
-        the bootstrap servers and the likely causes, instead of after the poll and retry
-        deadlines (minutes) and thousands of librdkafka connection logs."""
-        timeout = self.opts.connect_timeout
-        try:
-            self.admin(c).list_topics(timeout=timeout)
-        except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
-            raise KafkaSourceError(unreachable("eo_kafka", c.bootstrap, timeout, e,
-                                               where="from the Spark driver")) from None
+    def _first_contact(self, c: ClusterSpec, started: float) -> None:
+        """The first metadata request to a cluster, bounded by ``connectTimeout`` from
+        ``started`` (:func:`connectors.kafka.connect.first_contact`): an unreachable or
+        misconfigured cluster fails in that time with one error that names the bootstrap
+        servers and the likely cause, instead of after the poll and retry deadlines
+        (minutes) and thousands of librdkafka connection logs."""
+        admin = self.admin(c)
+        first_contact(admin, lambda seconds: admin.list_topics(timeout=seconds),
+                      timeout=self.opts.connect_timeout, who="eo_kafka", bootstrap=c.bootstrap,
+                      conf=c.kafka, error=KafkaSourceError, where="from the Spark driver",
+                      started=started)
         self._reached.add(c.name)
 
     def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:

@@ -70,6 +70,31 @@ def _topics(obj: Mapping[str, Any]) -> dict[TopicPartitionKey, int]:
     return out
 
 
+def parse_assign(text: str, option: str, family: str = "eo_kafka") -> tuple[tuple[str, int], ...]:
+    """The ``assign`` option: ``{"topicA": [0, 1], "topicB": [2]}`` -> sorted
+    ``(topic, partition)`` pairs."""
+    valid = 'give JSON like {"topicA": [0, 1], "topicB": [2]}'
+
+    def bad(problem: str) -> OptionError:
+        return OptionError(f"{family}: option '{option}' {problem}; {valid}", option=option)
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        raise bad("is not valid JSON") from None
+    if not isinstance(obj, dict) or not obj:
+        raise bad("must be a non-empty JSON object")
+    out: list[tuple[str, int]] = []
+    for topic, parts in obj.items():
+        if not isinstance(parts, list) or not parts:
+            raise bad(f"has no partition list for topic {topic!r}")
+        for p in parts:
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise bad(f"has an invalid partition {p!r} in {topic!r}")
+            out.append((topic, p))
+    return tuple(sorted(set(out)))
+
+
 def parse_partition_offsets(
     text: str,
     option: str,

@@ -24,12 +24,14 @@ from connectors.kafka.common import (
     FAMILY,
     METADATA_RETRY_TIMEOUT,
 )
+from connectors.kafka.config import check_client_config, spelled
 from connectors.kafka.source.offsets import (
     DEFAULT_TARGET_RECORDS,
     TP,
     Offsets,
     decode_offsets,
     encode_offsets,
+    parse_assign,
     parse_partition_offsets,
 )
 
@@ -244,6 +246,9 @@ class KafkaSourceOptions:
         retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
         connect_timeout = read_option(r, CONNECT_TIMEOUT)[1]
         r.refuse_unknown(prefixes=("kafka.",))
+        for c in clusters:  # the readers' whole configuration: fails here, not in a task
+            check_client_config(FAMILY, c.reader_conf(group_id), "consumer",
+                                option=spelled(r, c.name if multi else None))
         return cls(
             clusters=clusters,
             multi_cluster=multi,
@@ -304,25 +309,6 @@ def _assign_json(assign: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
     return out
 
 
-def _parse_assign(r: OptionReader, text: str, option: str) -> tuple[tuple[str, int], ...]:
-    valid = 'give JSON like {"topicA": [0, 1], "topicB": [2]}'
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
-        raise r.error(option, "is not valid JSON", valid) from None
-    if not isinstance(obj, dict) or not obj:
-        raise r.error(option, "must be a non-empty JSON object", valid)
-    out: list[tuple[str, int]] = []
-    for topic, parts in obj.items():
-        if not isinstance(parts, list) or not parts:
-            raise r.error(option, f"has no partition list for topic {topic!r}", valid)
-        for p in parts:
-            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-                raise r.error(option, f"has an invalid partition {p!r} in {topic!r}", valid)
-            out.append((topic, p))
-    return tuple(sorted(set(out)))
-
-
 def _parse_start(r: OptionReader, text: str | None, option: str, default: str) -> StartSpec:
     if text is None:
         return StartSpec(default)
@@ -377,7 +363,7 @@ def _cluster_spec(
                 "give a Java/Python regex such as 'events-.*'",
             ) from None
     else:
-        assign = _parse_assign(r, get("assign") or "", "assign" + where)
+        assign = parse_assign(get("assign") or "", "assign" + where)
 
     starting_text = get("startingOffsets") if source is not None else None
     if starting_text is None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
-from connectors.core.options import stringify_options
+from connectors.core.options import RedactedDict, stringify_options
 from connectors.kafka.source.options import KafkaSourceOptions
 from connectors.kafka.source.planner import KafkaPlanner
 from connectors.kafka.source.window_log import Window
@@ -87,7 +87,8 @@ class KafkaWindows:
 
     def __init__(self, spark: Any, walPath: str, **options: Any) -> None:  # noqa: N803
         self.spark = spark
-        self.options = stringify_options(options)
+        # repr() of the windows' options hides secrets (kafka.sasl.password, ...)
+        self.options = RedactedDict(stringify_options(options))
         self.options["walPath"] = walPath
         for key in list(self.options):
             if key.lower() in ("endingoffsets", "eo.window"):
