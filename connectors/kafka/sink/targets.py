@@ -16,6 +16,7 @@ from typing import Any
 from connectors.core.errors import KafkaSinkError
 from connectors.core.retry import poll_until
 from connectors.kafka.common import FAMILY, is_transient, retrying, unreachable
+from connectors.kafka import access
 from connectors.kafka.sink import producers
 from connectors.kafka.sink.options import KafkaSinkOptions
 
@@ -37,13 +38,32 @@ def check_reachable(options: KafkaSinkOptions) -> None:
     and the likely causes. With a ``topic`` option it asks for that topic's metadata only,
     not the whole cluster's (which is large on a cluster with many topics)."""
     timeout = options.connect_timeout
+    who = f"{FAMILY} sink {options.sink_id}"
     try:
         with producers.admin(options.producer_conf) as admin:
             admin.list_topics(topic=options.topic, timeout=timeout)
     except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
-        raise KafkaSinkError(unreachable(
-            f"{FAMILY} sink {options.sink_id}", options.producer_conf.get("bootstrap.servers"),
-            timeout, e)) from None
+        message = access.denied(e, who=who, conf=options.producer_conf, needs=(),
+                                request="connecting")
+        raise KafkaSinkError(message or unreachable(
+            who, options.producer_conf.get("bootstrap.servers"), timeout, e)) from None
+    # A missing ACL fails here, naming it, before any task writes.
+    with producers.admin(options.producer_conf) as admin:
+        access.preflight(admin, options.producer_conf, needs(options), who=who,
+                         timeout=timeout, error=KafkaSinkError)
+
+
+def needs(options: KafkaSinkOptions) -> list[tuple[access.Acl, str]]:
+    """The ACLs of the sink's role (docs/security.md) that a Describe can check: those on
+    the ``topic`` option's topic (a ``topic`` column's topics are checked by their first
+    request)."""
+    role = "transactional-sink" if options.transactional else "sink"
+    names = {"topic": options.topic or "", "sink_id": options.sink_id}
+    out = []
+    for acl in access.ROLES.get(role, ()):
+        if acl.resource == "TOPIC" and "{topic}" in acl.name and options.topic:
+            out.append((acl.bind(**names), options.topic))
+    return out
 
 
 def partition_counts(options: KafkaSinkOptions, topics: list[str]) -> dict[str, int]:

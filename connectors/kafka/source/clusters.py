@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
+from connectors.kafka import access
 from connectors.kafka.common import LIBRDKAFKA_LOG, retrying, unreachable
 from connectors.kafka.source.offsets import TP, Offsets, tp_name
 from connectors.kafka.source.options import ClusterSpec, KafkaSourceOptions
@@ -111,9 +112,25 @@ class Clusters:
         try:
             self.admin(c).list_topics(timeout=timeout)
         except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
-            raise KafkaSourceError(unreachable("eo_kafka", c.bootstrap, timeout, e,
-                                               where="from the Spark driver")) from None
+            message = access.denied(e, who="eo_kafka", conf=c.kafka, needs=(),
+                                    request=f"connecting to {c.bootstrap}")
+            raise KafkaSourceError(message or unreachable(
+                "eo_kafka", c.bootstrap, timeout, e, where="from the Spark driver")) from None
+        # A missing ACL fails here, naming it, before any window is planned or read.
+        access.preflight(self.admin(c), c.kafka, self.needs(c), who="eo_kafka",
+                         timeout=timeout, error=KafkaSourceError)
         self._reached.add(c.name)
+
+    def needs(self, c: ClusterSpec) -> list[tuple[access.Acl, str]]:
+        """The source role's ACLs (docs/security.md) on the named topics and the group."""
+        out = []
+        for acl in access.ROLES["source"]:
+            if acl.resource == "GROUP":
+                out.append((acl.bind(group=self.opts.group_id), self.opts.group_id))
+            else:
+                out += [(acl.bind(topic=t), t)
+                        for t in sorted(set(c.subscribe) | {t for t, _ in c.assign})]
+        return out
 
     def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:
         """A subscribed topic that does not exist yields 0 rows: say so, once per topic
@@ -219,6 +236,13 @@ class Clusters:
                     error=KafkaSourceError, timeout=min(self.opts.metadata_retry_timeout, 10.0),
                 )
             except Exception as e:  # noqa: BLE001 - monitoring only, see docstring
+                denied = access.denied(
+                    e.__cause__ or e, who="eo_kafka", conf=c.kafka,
+                    needs=[a for a, _ in self.needs(c)],
+                    request=f"committing offsets to group {self.opts.group_id!r}")
+                if denied is not None:
+                    # A missing ACL never cures itself: fail, naming it.
+                    raise KafkaSourceError(denied) from None
                 log.warning(
                     "eo_kafka: committing offsets to group %r on %s failed: %s",
                     self.opts.group_id, c.name or c.bootstrap, e,
