@@ -325,3 +325,61 @@ def test_bad_credentials_fail_fast_without_secrets(secured: Any, tmp_path: Any,
         _write(sink, 0)
     assert time.monotonic() - started < FAIL_WITHIN
     _assert_no_secret(str(raised.value), secured)
+
+
+# -- the CLI: lag ---------------------------------------------------------------------------
+def _lag(secured: Any, user: str, group: str, topic: str, tmp_path: Any,
+         capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from connectors.cli import main
+
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in secured.client_conf(user).items()
+                              if k != "bootstrap.servers"))
+    code = main(["lag", "--bootstrap", secured.bootstrap, "--group", group, "--json",
+                 "--timeout", "10", "--kafka-config", str(config), "--topic", topic])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _committed_group(secured: Any, topic: str) -> str:
+    from confluent_kafka import Consumer, TopicPartition
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    setup = Consumer({"bootstrap.servers": secured.setup_bootstrap, "group.id": group})
+    try:
+        setup.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)],
+                     asynchronous=False)
+    finally:
+        setup.close()
+    return group
+
+
+def test_lag_with_exactly_its_acls(secured: Any, tmp_path: Any,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    topic = _source_topic(secured)
+    group = _committed_group(secured, topic)
+    user = _user(secured, "lag")
+    _grant(secured, user, _role_acls("lag", topic=topic, group=group))
+    code, out, err = _lag(secured, user, group, topic, tmp_path, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {(p["partition"], p["committed"], p["lag"]) for p in doc["partitions"]} == {
+        (0, 5, 15), (1, 7, 13)}
+
+
+@pytest.mark.parametrize("dropped", range(len(ROLES["lag"])), ids=_ids("lag"))
+def test_lag_fails_fast_without_each_acl(secured: Any, tmp_path: Any, dropped: int,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    topic = _source_topic(secured)
+    group = _committed_group(secured, topic)
+    user = _user(secured, "lag")
+    acls = _role_acls("lag", topic=topic, group=group)
+    _grant(secured, user, [a for i, a in enumerate(acls) if i != dropped])
+    started = time.monotonic()
+    code, _out, err = _lag(secured, user, group, topic, tmp_path, capsys)
+    assert time.monotonic() - started < FAIL_WITHIN
+    assert code == 2
+    _assert_names(err, user, acls[dropped])
+    _assert_no_secret(err, secured)
