@@ -200,9 +200,8 @@ def lag(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from connectors.kafka.common import LIBRDKAFKA_LOG
-
     from connectors.kafka import access
+    from connectors.kafka.common import LIBRDKAFKA_LOG
 
     conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
                             "logger": LIBRDKAFKA_LOG}

@@ -150,12 +150,12 @@ def denied(exc: BaseException | Any, *, who: str, conf: Mapping[str, Any],
     ``needs`` are the ACLs the failed ``request`` depends on (names filled in); the one whose
     resource type the error names is the one reported (all of them when the error does not
     say, as with an authentication failure)."""
+    if not is_access_error(exc):
+        return None
     name = _error_name(exc)
     text = str(exc)
-    if name is None:
-        name = next((n for n in (*AUTHORIZATION, *AUTHENTICATION) if n in text), None)
-    if name is None and not is_access_error(exc):
-        return None
+    if name not in AUTHORIZATION and name not in AUTHENTICATION:
+        name = next((n for n in (*AUTHORIZATION, *AUTHENTICATION) if n in text), name)
     principal = principal_of(conf)
     who_is = principal or "this client's principal"
     if name in AUTHORIZATION or (name is None and "AUTHORIZATION" in text):
@@ -249,3 +249,25 @@ def preflight(admin: Any, conf: Mapping[str, Any], checks: Sequence[tuple[Acl, s
 
 #: The librdkafka error code of a denied request on each resource type.
 AUTHORIZATION_CODE = {"TOPIC": 29, "GROUP": 30, "CLUSTER": 31, "TRANSACTIONAL_ID": 53}
+
+
+#: What each role is, for docs/security.md.
+ROLE_TITLES = {
+    "source": "`eo_kafka` source, streaming (`readStream`)",
+    "source-group": "`eo_kafka` source with `startingOffsets=group`",
+    "windows": "`KafkaWindows` (batch windows)",
+    "sink": "`eo_kafka` sink, recovery-key mode (the default)",
+    "lag": "`python -m connectors lag`",
+}
+
+
+def docs_table(role: str) -> str:
+    """The Markdown table of ``role``'s ACLs in docs/security.md (generated; a unit test
+    checks the page holds exactly this)."""
+    rows = ["| resource type | name | pattern type | operation | why |",
+            "|---|---|---|---|---|"]
+    for a in ROLES[role]:
+        name = "(the cluster)" if a.resource == "CLUSTER" else f"`{a.name}`"
+        rows.append(f"| {_TYPE_NAMES.get(a.resource, a.resource)} | {name} | {a.pattern} | "
+                    f"{a.operation} | {a.why} |")
+    return "\n".join(rows)

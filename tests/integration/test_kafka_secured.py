@@ -124,7 +124,7 @@ def test_source_streaming_with_exactly_its_acls(spark: Any, secured: Any, tmp_pa
     name, query = _stream_to_memory(spark, secured, user, topic, group, tmp_path)
     query.awaitTermination(120)
     assert query.exception() is None, query.exception()
-    rows = spark.sql(f"select key, value from {name}").collect()
+    rows = spark.table(name).select("key", "value").collect()
     assert_exact([(bytes(r.key), bytes(r.value)) for r in rows],
                  [(k, v) for k, v, _ in _records(40, 2)])
     # three windows of 15: the first two ends were committed to the group
@@ -147,7 +147,7 @@ def test_source_streaming_fails_fast_without_each_acl(spark: Any, secured: Any, 
     assert took < FAIL_WITHIN, f"the missing ACL took {took:.0f}s to surface"
     _assert_names(str(raised.value), user, acls[dropped])
     written = [t.name for t in spark.catalog.listTables() if t.name == name]
-    assert not written or spark.sql(f"select * from {name}").count() == 0
+    assert not written or spark.table(name).count() == 0
     assert _group_offsets(secured, group) == {}
 
 
@@ -167,7 +167,7 @@ def test_source_starting_offsets_group(spark: Any, secured: Any, tmp_path: Any) 
                                     startingOffsets="group")
     query.awaitTermination(120)
     assert query.exception() is None, query.exception()
-    rows = spark.sql(f"select key, value from {name}").collect()
+    rows = spark.table(name).select("key", "value").collect()
     expected = [(k, v) for i, (k, v, _) in enumerate(_records(40, 2)) if i // 2 >= 5]
     assert_exact([(bytes(r.key), bytes(r.value)) for r in rows], expected)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.retry import poll_until
-from connectors.kafka.common import FAMILY, is_transient, retrying, unreachable
 from connectors.kafka import access
+from connectors.kafka.common import FAMILY, is_transient, retrying, unreachable
 from connectors.kafka.sink import producers
 from connectors.kafka.sink.options import KafkaSinkOptions
 
