@@ -11,10 +11,12 @@ parses those lines only, so a benchmark's own logs never confuse the report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -90,6 +92,7 @@ def run_one(name: str, rows: int, timeout: float) -> dict[str, Any]:
     result = parse_result(proc.stdout)
     if proc.returncode != 0 or result is None:
         tail = (proc.stdout + proc.stderr)[-2000:]
+        print(f"   {name} failed (exit {proc.returncode}):\n{tail}", flush=True)
         return {"bench": name, "suite_key": name, "tail": tail,
                 "error": f"exit {proc.returncode}, no RESULT line"}
     result["wall_s"] = round(time.monotonic() - started, 1)
@@ -182,6 +185,47 @@ def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, qui
         chart(bars, path_png)
 
 
+def _parts(md: str) -> tuple[list[str], dict[str, list[str]], dict[str, str], dict[str, str]]:
+    """A report's pieces: the lines before the ratio table's rows, its rows by benchmark
+    (in order), each benchmark's own table section, and each one's "Other figures" line."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|---")) + 1
+    rows: dict[str, list[str]] = {}
+    i = start
+    while i < len(lines) and lines[i].startswith("|"):
+        rows.setdefault(lines[i].split("|")[1].strip(), []).append(lines[i])
+        i += 1
+    tables = {m.group(1): m.group(0) for m in re.finditer(
+        r"^### (\S+)\n\n(?:\|.*\n)+", md, re.M)}
+    extras = {m.group(1): m.group(0) for m in re.finditer(r"^- \*\*(\S+)\*\*: .*$", md, re.M)}
+    return lines[:start], rows, tables, extras
+
+
+def merge_report(old_md: str, new_md: str, names: list[str], today: str) -> str:
+    """``old_md`` with the benchmarks in ``names`` replaced by ``new_md``'s (``--only``
+    re-runs some benchmarks and keeps the others' figures, saying which ran when)."""
+    head, rows, tables, extras = _parts(old_md)
+    _, new_rows, new_tables, new_extras = _parts(new_md)
+    for name in names:
+        rows[name] = new_rows.get(name, [])
+        for mine, theirs in ((tables, new_tables), (extras, new_extras)):
+            if name in theirs:
+                mine[name] = theirs[name]
+            else:
+                mine.pop(name, None)
+    note = f"Re-run on {today} with `--only`: {', '.join(names)}; the other figures are older."
+    head = [line for line in head if not line.startswith("Re-run on ")]
+    after = next((i for i, line in enumerate(head) if line.startswith("Machine:")), 0)
+    head[after + 1:after + 1] = ["", note]
+    md = [*head, *(r for rs in rows.values() for r in rs), "", *tables.values(),
+          "Other figures:", "", *extras.values(), ""]
+    chart_line = next((line for line in old_md.splitlines() if line.startswith("![ratios]")),
+                      None)
+    if chart_line:
+        md += [chart_line, ""]
+    return "\n".join(md)
+
+
 def chart(bars: list[tuple[str, float, float]], path: str) -> None:
     import matplotlib
 
@@ -222,7 +266,19 @@ def main() -> int:
         rows = BENCHES[name][2] if args.quick else BENCHES[name][1]
         results.append(run_one(name, rows, args.timeout))
     os.makedirs(os.path.dirname(args.chart), exist_ok=True)
-    write_report(results, args.out, args.chart, args.quick)
+    if args.only and os.path.exists(args.out):
+        # Keep the other benchmarks' figures: merge the new ones into the report.
+        with open(args.out) as f:
+            old_md = f.read()
+        write_report(results, args.out, args.chart + ".new.png", args.quick)
+        with open(args.out) as f:
+            new_md = f.read()
+        with open(args.out, "w") as f:
+            f.write(merge_report(old_md, new_md, args.only, dt.date.today().isoformat()))
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(args.chart + ".new.png")
+    else:
+        write_report(results, args.out, args.chart, args.quick)
     print(f"wrote {args.out} and {args.chart}")
     return 0 if all("error" not in r for r in results) else 1
 

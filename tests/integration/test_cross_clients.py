@@ -22,10 +22,10 @@ import pytest
 
 from connectors.core.wal import WriteAheadLog
 from connectors.demo.services.kafka import produce_records
-from connectors.kafka.sink import KafkaSink, partitioner, recovery
+from connectors.kafka.sink import KafkaSink, commit_facts, partitioner, recovery
 from tests.helpers import assert_exact, read_topic, scan_topic
 from tests.integration.pipelines.common import kafka_stream
-from tests.services.kafka_cli import describe_group
+from tests.services.kafka_cli import describe_all_groups, describe_group
 from tests.services.spark_jvm import JvmSpark, jvm_read_topic, run_job
 
 
@@ -111,6 +111,22 @@ def test_spark_jvm_source_reads_each_sink_row_once_after_a_replay(
         assert key.sink_id == sink_id
         batches.add(key.batch_id)
     assert batches == {0, 1, 2}
+    if transactional:
+        _assert_facts_show_no_lag(bootstrap, sink_id, sink.options.facts_topic)
+
+
+def _assert_facts_show_no_lag(bootstrap: str, sink_id: str, facts_topic: str) -> None:
+    """Kafka's own ``kafka-consumer-groups --describe --all-groups`` sees each writer's fact
+    group at offset 0 of the empty facts topic: caught up, nothing a lag monitor would alarm
+    on (issue 23, item 8)."""
+    text, rows = describe_all_groups(bootstrap)
+    prefix = commit_facts.group_id(sink_id, 0)[:-1]  # eo-sink-<sink_id>-w
+    ours = [r for r in rows if r["GROUP"].startswith(prefix)]
+    print("\n".join(line for line in text.splitlines() if prefix in line), flush=True)
+    assert ours, f"no commit-fact group of sink {sink_id} in:\n{text}"
+    for r in ours:
+        assert (r["TOPIC"], r["PARTITION"], r["CURRENT-OFFSET"], r["LOG-END-OFFSET"],
+                r["LAG"]) == (facts_topic, "0", "0", "0", "0"), text
 
 
 # -- Spark's JVM Kafka sink -> eo_kafka source --------------------------------------------------

@@ -58,12 +58,14 @@ def test_records_carry_no_header_and_the_fact_is_a_stable_group_offset(
     out = read_topic(kafka_bootstrap, topic)
     assert_exact([m.value() for m in out], _values())
     assert all(not m.headers() for m in out), "transactional mode adds no header"
-    # The fact: group eo-sink-<sink_id>-w2 holds offset 7 on the topic's partition 0.
-    fact = commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 7, timeout=30)
+    # The fact: group eo-sink-<sink_id>-w2 holds offset 0 of the facts topic's partition 0,
+    # with batch 7 in the offset's metadata.
+    facts = sink.options.facts_topic
+    fact = commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 7, timeout=30)
     assert fact is not None and fact.rows == ROWS
     assert sum(fact.partitions[topic].values()) == ROWS
-    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, [topic], 8, 30) is None
-    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 1, [topic], 7, 30) is None
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 2, facts, 8, 30) is None
+    assert commit_facts.read_fact(sink.producer_conf, sink.sink_id, 1, facts, 7, 30) is None
 
 
 def test_retry_after_the_transaction_committed_writes_nothing(

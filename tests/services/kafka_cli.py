@@ -53,8 +53,17 @@ def kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> str:
 def describe_group(bootstrap: str, group: str) -> tuple[str, list[dict[str, str]]]:
     """``kafka-consumer-groups --describe``: its text and one row per partition, keyed by
     the tool's column names (``TOPIC``, ``PARTITION``, ``CURRENT-OFFSET``, ``LAG``, ...)."""
-    text = kafka_tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe",
-                      "--group", group)
+    return _table(kafka_tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe",
+                             "--group", group))
+
+
+def describe_all_groups(bootstrap: str) -> tuple[str, list[dict[str, str]]]:
+    """``kafka-consumer-groups --describe --all-groups``, as :func:`describe_group`."""
+    return _table(kafka_tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe",
+                             "--all-groups"))
+
+
+def _table(text: str) -> tuple[str, list[dict[str, str]]]:
     rows: list[dict[str, str]] = []
     header: list[str] | None = None
     for line in text.splitlines():

@@ -269,3 +269,23 @@ def test_python_errors_name_the_python_argument():
     # bootstrap.servers may also come with the librdkafka settings
     assert KafkaSink("s", "/tmp/w", kafka_options={"bootstrap.servers": "h:1"}).producer_conf[
         "bootstrap.servers"] == "h:1"
+
+
+# -- commit facts (transactional mode) -----------------------------------------------------------
+def test_a_commit_fact_names_its_batch_in_the_metadata_and_nothing_else_passes_for_one() -> None:
+    from connectors.kafka.sink.commit_facts import CommitFact
+
+    fact = CommitFact(41, 7, {"t": {"0": 3, "2": 4}})
+    assert CommitFact.decode(fact.encode()) == fact
+    for metadata in (None, "", "not json", "[]", '{"rows": 3}', '{"b": "41"}'):
+        assert CommitFact.decode(metadata) is None, metadata
+    # Very many target partitions: the counts go, the batch stays.
+    wide = CommitFact(5, 10_000, {"t": {str(p): 10 for p in range(1000)}})
+    assert CommitFact.decode(wide.encode()) == CommitFact(5, 10_000)
+
+
+def test_the_expiry_margin_is_a_tenth_of_the_retention_at_most_ten_minutes() -> None:
+    from connectors.kafka.sink.commit_facts import expiry_margin
+
+    assert expiry_margin(60.0) == 6.0
+    assert expiry_margin(7 * 24 * 3600.0) == 600.0

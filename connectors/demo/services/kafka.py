@@ -104,20 +104,14 @@ def _wait_ready(proc: subprocess.Popen[bytes], host_port: tuple[str, int], boots
 BROKER_OPEN_FILES = 1 << 20
 
 
-def _raise_open_files() -> None:
-    """``preexec_fn`` of the broker: its open-file limit to BROKER_OPEN_FILES when the
-    process may raise it (root), else to the hard limit."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    for limit in ((BROKER_OPEN_FILES, BROKER_OPEN_FILES), (hard, hard)):
-        if limit[0] <= soft:
-            return
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
-            return
-        except (ValueError, OSError):
-            continue
+def _with_open_files(argv: list[str]) -> list[str]:
+    """``argv`` run with the open-file limit raised to BROKER_OPEN_FILES where the process
+    may (root), else to the hard limit. A shell does it before ``exec``: a ``preexec_fn``
+    runs Python in the forked child, which crashes when the parent has other threads (the
+    librdkafka clients of a test session)."""
+    raise_limit = (f'ulimit -n {BROKER_OPEN_FILES} 2>/dev/null || '
+                   'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"')
+    return ["/bin/sh", "-c", raise_limit, "kafka", *argv]
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, grace: float = 15.0) -> None:
@@ -238,9 +232,8 @@ class ApacheKafka:
             )
         with open(self.workdir / "stdout.log", "ab") as out:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv
-                self._java("kafka.Kafka", str(config)),
+                _with_open_files(self._java("kafka.Kafka", str(config))),
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_raise_open_files,  # noqa: PLW1509 - before exec, no threads used
             )
         try:
             _wait_ready(self._proc, ("127.0.0.1", self.port), self.bootstrap,
@@ -361,11 +354,12 @@ class TansuBroker:
 
 def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
                       advertised_port: int | None = None, keep: bool = False,
-                      scratch_root: str | None = None) -> LocalBroker:
+                      scratch_root: str | None = None,
+                      extra_properties: dict[str, str] | None = None) -> LocalBroker:
     """Apache Kafka from Maven Central jars; tansu only when Java or Maven is missing. The
     one broker start of the demo, the benchmarks and the tests (``keep``: leave Apache
     Kafka's work directory for its log; ``scratch_root``: where its own work directory goes
-    when ``workdir`` is not given).
+    when ``workdir`` is not given; ``extra_properties``: more broker settings).
 
     A resolution or start-up failure of Apache Kafka on a machine that has Java and Maven is
     an error, not a reason to fall back: the fallback would hide it.
@@ -373,7 +367,7 @@ def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
     missing = maven.java_and_maven()
     if missing is None:
         return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=keep,
-                           scratch_root=scratch_root).start()
+                           scratch_root=scratch_root, extra_properties=extra_properties).start()
     if not allow_tansu:
         raise ConnectorError(f"cannot start Apache Kafka: {missing}; tansu is not allowed here")
     log.warning("cannot start Apache Kafka (%s); falling back to tansu", missing)

@@ -1,4 +1,5 @@
-"""Commit facts of the transactional Kafka sink (DESIGN.md section 6, "Transactional mode").
+"""Commit facts of the transactional Kafka sink (DESIGN.md section 6, "Transactional mode";
+docs/design.md, "Commit facts").
 
 A task attempt of batch B, writer w commits its rows and a *commit fact* in one Kafka
 transaction, so data and fact become visible together or not at all. The fact is a
@@ -6,34 +7,64 @@ consumer-group offset, sent with ``send_offsets_to_transaction``:
 
 - group ``eo-sink-<sink_id>-w<w>`` (one per writer partition, like the transactional.id
   ``<sink_id>-<w>``, so no writer ever waits on another's transaction);
-- partition 0 of the first target topic (sorted), offset B (the broker refuses offsets of
-  topics that do not exist, and the target topic exists);
-- metadata: a small JSON with the attempt's counts (rows, per-partition counts), which a
-  retry reports instead of writing again.
+- partition 0 of the **facts topic** (``factsTopic``, default ``eo-sink-facts``): one
+  partition that nothing ever writes to, so its log end offset stays 0;
+- offset 0 (:data:`FACT_OFFSET`), and the batch id with the attempt's counts in the offset's
+  metadata (small JSON), which a retry reports instead of writing again.
+
+Offset 0 on an empty partition is a lag of 0: Kafka's consumer-group command and lag
+monitors see the sink's groups as caught up, never as consumers falling behind (an offset
+B on a partition of the target topic showed the whole partition as lag). The broker refuses
+offsets of topics that do not exist, so the driver creates the facts topic when it is
+missing (:func:`ensure_facts_topic`).
 
 A retry reads the fact back with one stable offset fetch (a ``read_committed`` consumer's
 ``committed()``, which librdkafka sends with ``require_stable``: the broker answers only
 once no transaction holding an offset of that group is pending; the retry's
-``init_transactions`` has just completed or aborted the only one that could be). Offset B
-means "batch B of this writer committed"; anything else means it did not.
+``init_transactions`` has just completed or aborted the only one that could be). Metadata
+naming batch B means "batch B of this writer committed"; anything else means it did not.
+
+**Expiry.** Kafka deletes the offsets of a group without members
+``offsets.retention.minutes`` after their commit (7 days by default). A fact is needed only
+until the driver's commit of its batch, but a query that crashed in between and stayed down
+longer would find no fact and write the batch again. So every attempt that is about to open
+a transaction first creates its task's started marker (``started/B/w`` in ``walPath``,
+create-if-absent, holding the time). A later attempt of (B, w) that finds no fact but an
+older marker than the broker's retention (minus a margin for clocks) cannot tell whether the
+earlier attempt committed: :func:`guard_expiry` refuses, naming the batch, the times and
+what to check, unless ``expiredFactPolicy`` says what to do.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from connectors.core.errors import KafkaSinkError
+from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, ClientCache, Lease, retrying
 from connectors.kafka.sink import producers
 
 log = logging.getLogger(__name__)
 
 GROUP_PREFIX = "eo-sink-"
+#: The default facts topic, shared by every transactional sink of a cluster.
+DEFAULT_FACTS_TOPIC = "eo-sink-facts"
+#: Every fact is the offset 0 of partition 0 of the facts topic; the batch is in the metadata.
+FACT_OFFSET = 0
 # Kafka's offset.metadata.max.bytes default is 4096; keep well inside it.
 _MAX_METADATA = 3000
+#: What the sink assumes when it may not read the broker's ``offsets.retention.minutes``
+#: (DescribeConfigs on the cluster): an hour, far below Kafka's default of 7 days, so an
+#: unreadable setting errs towards refusing.
+FALLBACK_RETENTION_S = 3600.0
+#: Policies for a fact that may have expired (``expiredFactPolicy``).
+EXPIRED_FACT_POLICIES = ("fail", "rewrite", "skip")
 
 
 def group_id(sink_id: str, writer: int) -> str:
@@ -41,9 +72,25 @@ def group_id(sink_id: str, writer: int) -> str:
     return f"{GROUP_PREFIX}{sink_id}-w{writer}"
 
 
-def fact_partition(topics: list[str]) -> tuple[str, int]:
-    """Where a writer's fact is stored: partition 0 of the first target topic."""
-    return sorted(topics)[0], 0
+def ensure_facts_topic(admin: Any, topic: str, timeout: float) -> bool:
+    """Create the facts topic (one partition, the broker's replication factor) unless it
+    exists; True if this call created it. Another sink creating it at the same time is
+    fine."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    info = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+    if info is not None and info.error is None and info.partitions:
+        return False
+    future = admin.create_topics([NewTopic(topic, 1)], request_timeout=timeout)[topic]
+    try:
+        future.result(timeout)
+    except KafkaException as e:
+        if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise
+    log.info("%s: created the commit-facts topic %r (1 partition)", FAMILY, topic)
+    return True
 
 
 @dataclass
@@ -62,23 +109,109 @@ class CommitFact:
         return text
 
     @classmethod
-    def decode(cls, batch_id: int, metadata: str | None) -> CommitFact:
+    def decode(cls, metadata: str | None) -> CommitFact | None:
+        """The fact the metadata holds, None if it holds none (no offset, or not ours)."""
         try:
             body = json.loads(metadata or "{}")
         except ValueError:
-            body = {}
-        return cls(batch_id=batch_id, rows=int(body.get("rows", 0)),
+            return None
+        if not isinstance(body, dict) or not isinstance(body.get("b"), int):
+            return None
+        return cls(batch_id=body["b"], rows=int(body.get("rows", 0)),
                    partitions=body.get("partitions") or {})
 
 
-def read_fact(conf: Any, sink_id: str, writer: int, topics: list[str], batch_id: int,
+def read_fact(conf: Any, sink_id: str, writer: int, facts_topic: str, batch_id: int,
               timeout: float) -> CommitFact | None:
     """The fact of (batch_id, writer) when its transaction committed, else None."""
-    lease = fact_writer(conf, sink_id, writer)
+    lease = fact_writer(conf, sink_id, writer, facts_topic, timeout)
     try:
-        return lease.client.read(topics, batch_id, timeout)
+        return lease.client.read(facts_topic, batch_id, timeout)
     finally:
         lease.release()
+
+
+# -- expiry ---------------------------------------------------------------------------------
+def guard_expiry(state: SinkState, conf: Any, sink_id: str, batch_id: int, writer: int,
+                 policy: str, timeout: float) -> bool:
+    """Before an attempt of (batch_id, writer) that found no commit fact opens a
+    transaction: create the task's started marker, or, if an earlier attempt created it,
+    make sure its fact cannot have expired since. True: write the task's rows; False
+    (``expiredFactPolicy=skip``): treat the task as committed. Raises with ``fail``."""
+    now_ms = int(time.time() * 1000)
+    try:
+        state.put_marker(batch_id, writer, json.dumps(
+            {"started_ms": now_ms, "sink_id": sink_id}, separators=(",", ":")).encode())
+        return True  # no earlier attempt of (B, w) ever opened a transaction
+    except FileExistsError:
+        marker = state.get_marker(batch_id, writer) or {}
+    started_ms = int(marker.get("started_ms", now_ms))
+    age_s = max(0.0, (now_ms - started_ms) / 1000)
+    retention_s, known = offsets_retention(conf, timeout)
+    if age_s < retention_s - expiry_margin(retention_s):
+        return True  # any fact of that attempt is younger than the retention: it is there
+    started = datetime.fromtimestamp(started_ms / 1000, tz=timezone.utc)
+    setting = (f"the broker's offsets.retention.minutes ({retention_s / 60:g} min)" if known
+               else f"{retention_s / 60:g} min (assumed: the broker's offsets.retention.minutes "
+                    "could not be read; grant DESCRIBE_CONFIGS on the cluster)")
+    what = (f"{FAMILY} {sink_id}: batch {batch_id}, writer {writer}: an earlier attempt "
+            f"began {age_s / 3600:.1f} h ago ({started:%Y-%m-%d %H:%M:%S} UTC), longer ago than "
+            f"{setting}, and its commit fact (group {group_id(sink_id, writer)!r}) is not "
+            "there: Kafka may have deleted it, so whether that attempt's transaction committed "
+            "cannot be told")
+    if policy == "rewrite":
+        log.warning("%s; expiredFactPolicy=rewrite: writing the task's rows again (they may "
+                    "now be in the topic twice)", what)
+        return True
+    if policy == "skip":
+        log.warning("%s; expiredFactPolicy=skip: treating the task as committed (its rows are "
+                    "not written)", what)
+        return False
+    raise KafkaSinkError(
+        f"{what}. Nothing was written. Check with a read_committed consumer whether the "
+        f"target topic holds batch {batch_id}'s rows of this writer, then restart once with "
+        "expiredFactPolicy=skip if it does or expiredFactPolicy=rewrite if it does not, and "
+        "set it back to fail (docs/kafka-sink.md, \"Commit facts and offsets retention\")")
+
+
+def expiry_margin(retention_s: float) -> float:
+    """Slack for clocks between executors: a tenth of the retention, at most 10 minutes."""
+    return min(retention_s / 10, 600.0)
+
+
+_RETENTION: dict[str, tuple[float, bool]] = {}
+_RETENTION_LOCK = threading.Lock()
+
+
+def offsets_retention(conf: Any, timeout: float) -> tuple[float, bool]:
+    """``(seconds, known)``: the broker's ``offsets.retention.minutes`` (DescribeConfigs of
+    one broker, once per process and cluster), or :data:`FALLBACK_RETENTION_S` when it
+    cannot be read."""
+    key = str(conf.get("bootstrap.servers"))
+    with _RETENTION_LOCK:
+        if key in _RETENTION:
+            return _RETENTION[key]
+    try:
+        found = (_describe_retention(conf, timeout), True)
+    except Exception as e:  # noqa: BLE001 - any failure: assume the short fallback
+        log.warning("%s: cannot read the broker's offsets.retention.minutes (%s); assuming "
+                    "%g min for the commit-fact expiry check", FAMILY, e,
+                    FALLBACK_RETENTION_S / 60)
+        found = (FALLBACK_RETENTION_S, False)
+    with _RETENTION_LOCK:
+        _RETENTION[key] = found
+    return found
+
+
+def _describe_retention(conf: Any, timeout: float) -> float:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    with producers.admin(conf) as admin:
+        brokers = admin.list_topics(timeout=timeout).brokers
+        resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+        entries = admin.describe_configs([resource], request_timeout=timeout)[resource]
+        value = entries.result(timeout)["offsets.retention.minutes"].value
+    return float(value) * 60
 
 
 # -- per-worker cache: a FactWriter per (producer configuration, group) ------------------------
@@ -90,11 +223,21 @@ _CACHE: ClientCache[FactWriter] = ClientCache("commit-fact", MAX_CACHED,
                                               lambda facts: facts.close())
 
 
-def fact_writer(conf: Any, sink_id: str, writer: int) -> Lease[FactWriter]:
+def fact_writer(conf: Any, sink_id: str, writer: int, facts_topic: str,
+                timeout: float) -> Lease[FactWriter]:
     """The worker's :class:`FactWriter` of (sink_id, writer), created on first use, held
-    until ``Lease.release()`` (``Lease.discard()`` after an error)."""
-    key = (tuple(sorted((k, str(v)) for k, v in conf.items())), sink_id, writer)
-    return _CACHE.acquire(key, lambda: FactWriter(conf, sink_id, writer))
+    until ``Lease.release()`` (``Lease.discard()`` after an error). The first one of a
+    process and cluster makes sure the facts topic exists (the driver did, unless the sink's
+    protocol is driven without it)."""
+    conf_key = tuple(sorted((k, str(v)) for k, v in conf.items()))
+    if (conf_key, facts_topic) not in _TOPICS_SEEN:
+        with producers.admin(conf) as admin:
+            ensure_facts_topic(admin, facts_topic, timeout)
+        _TOPICS_SEEN.add((conf_key, facts_topic))
+    return _CACHE.acquire((conf_key, sink_id, writer), lambda: FactWriter(conf, sink_id, writer))
+
+
+_TOPICS_SEEN: set[tuple[Any, str]] = set()
 
 
 def close_cached_fact_writers() -> None:
@@ -120,16 +263,14 @@ class FactWriter:
         self._consumer = Consumer(consumer_conf)
         self._sink_id, self._writer = sink_id, writer
 
-    def read(self, topics: list[str], batch_id: int, timeout: float) -> CommitFact | None:
+    def read(self, facts_topic: str, batch_id: int, timeout: float) -> CommitFact | None:
         """One OffsetFetch (require_stable) to the group's coordinator; transient errors (a
         coordinator loading or moving, an offset still unstable) are asked again for up to
         ``timeout`` seconds."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        topic, partition = fact_partition(topics)
-
         def fetch() -> Any:
-            for tp in self._consumer.committed([TopicPartition(topic, partition)], timeout=30):
+            for tp in self._consumer.committed([TopicPartition(facts_topic, 0)], timeout=30):
                 if tp.error is not None:
                     raise KafkaException(tp.error)
                 return tp
@@ -138,16 +279,16 @@ class FactWriter:
         tp = retrying(fetch, what=f"{FAMILY} {self._sink_id}: commit fact of writer "
                                   f"{self._writer} (group {self.group!r})",
                       error=KafkaSinkError, timeout=timeout)
-        if tp is None or tp.offset != batch_id:
+        if tp is None or tp.offset != FACT_OFFSET:
             return None
-        return CommitFact.decode(batch_id, tp.metadata)
+        fact = CommitFact.decode(tp.metadata)
+        return fact if fact is not None and fact.batch_id == batch_id else None
 
-    def send(self, producer: Any, topics: list[str], fact: CommitFact, timeout: float) -> None:
+    def send(self, producer: Any, facts_topic: str, fact: CommitFact, timeout: float) -> None:
         from confluent_kafka import TopicPartition
 
-        topic, partition = fact_partition(topics)
         producer.send_offsets_to_transaction(
-            [TopicPartition(topic, partition, fact.batch_id, metadata=fact.encode())],
+            [TopicPartition(facts_topic, 0, FACT_OFFSET, metadata=fact.encode())],
             self._consumer.consumer_group_metadata(), timeout)
 
     def close(self) -> None:

@@ -4,11 +4,13 @@ string options and the Python API's arguments both become a frozen, picklable
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from connectors.core.declared import (
     BOOLEAN,
+    CHOICE,
     DURATION,
     PREFIXED,
     STORAGE,
@@ -28,9 +30,11 @@ from connectors.kafka.common import (
     METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.sink import recovery
+from connectors.kafka.sink.commit_facts import DEFAULT_FACTS_TOPIC, EXPIRED_FACT_POLICIES
 from connectors.kafka.sink.producers import producer_config
 
 _SERVERS_HINT = "the brokers' host:port list"
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 #: The sink's options, declared once: ``KafkaSink(...)``'s arguments, the DataSource's options,
 #: the unknown-option check and the table in docs/kafka-sink.md all come from here.
@@ -74,6 +78,19 @@ KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
         help="with `transactional=true`: also put the `eo-rk` header on every record, for "
         "consumers that want to trace or dedupe records themselves (costs the header's CPU, "
         "see [Cost](#cost))"),
+    Opt("factsTopic", "facts_topic", STRING, DEFAULT_FACTS_TOPIC,
+        help="with `transactional=true`: the one-partition topic whose offset 0 holds each "
+        "writer's commit fact in its metadata (it stays empty, so the sink's groups show no "
+        "lag). The sink creates it when missing; one topic serves every sink of a cluster "
+        "([below](#commit-facts-and-offsets-retention))"),
+    Opt("expiredFactPolicy", "expired_fact_policy", CHOICE, "fail",
+        choices=EXPIRED_FACT_POLICIES,
+        help="with `transactional=true`: what a retry does when an earlier attempt of its "
+        "task began longer ago than the broker's `offsets.retention.minutes` and its commit "
+        "fact is gone, so whether it committed cannot be told: `fail` (refuse, nothing "
+        "written), `rewrite` (write the task again; it may then be in the topic twice) or "
+        "`skip` (treat it as committed). Set `rewrite` or `skip` for one restart, after "
+        "checking the topic ([below](#commit-facts-and-offsets-retention))"),
     METADATA_RETRY_TIMEOUT,
     CONNECT_TIMEOUT,
     Opt("failOnUnknownTopic", "fail_on_unknown_topic", BOOLEAN, False,
@@ -113,6 +130,8 @@ class KafkaSinkOptions(Declared):
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     fail_on_unknown_topic: bool = False
     batch_produce: bool = True
+    facts_topic: str = DEFAULT_FACTS_TOPIC
+    expired_fact_policy: str = "fail"
     #: ``storage.*``: how to reach an object store holding ``walPath``
     storage: StorageOptions = field(default_factory=StorageOptions)
 
@@ -125,6 +144,9 @@ class KafkaSinkOptions(Declared):
                 for k in kafka_options):
             raise v.error("bootstrap_servers", "is required but was not set",
                           f"set it ({_SERVERS_HINT})")
+        if not _TOPIC_NAME.fullmatch(v["facts_topic"]):
+            raise v.error("facts_topic", f"is not a valid Kafka topic name: {v['facts_topic']!r}",
+                          "1-249 characters from A-Z a-z 0-9 . _ -")
         check_state_path(v["wal_path"], v["storage_options"], FAMILY, v.name("wal_path"))
         recovery.key_prefix(v["sink_id"], 0, 0)  # validates the sink id's length
         return v.build(

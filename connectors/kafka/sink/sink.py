@@ -116,6 +116,8 @@ class KafkaSink(BatchSink):
         scan_timeout: float = 120.0,
         metadata_retry_timeout: float = 60.0,
         recovery_key_headers: bool = False,
+        facts_topic: str = "eo-sink-facts",
+        expired_fact_policy: str = "fail",
         connect_timeout: float = 30.0,
         fail_on_unknown_topic: bool = False,
         batch_produce: bool = True,
@@ -190,6 +192,8 @@ class KafkaSink(BatchSink):
             targets.check_reachable(self.options)
             if self.topic is not None:
                 targets.partition_counts(self.options, [self.topic])
+            if self.transactional:
+                targets.ensure_facts_topic(self.options)
             self._cluster_checked = True
 
     def admit(self, batch_id: int) -> bool:
@@ -236,8 +240,8 @@ class KafkaSink(BatchSink):
             partitions=partitions,
         )
         failpoints.hit(FP_AFTER_COMMIT, batch_id)
-        # Started markers exist in the recovery-key mode only, one per task: by name.
-        state.retain(batch_id, [] if self.transactional else [r.writer for r in reports])
+        # Started markers, one per task that wrote (both modes): by name.
+        state.retain(batch_id, [r.writer for r in reports])
         log.info("%s %s: committed batch %d: %d rows, %d produced, %d skipped as already "
                  "written", FAMILY, self.sink_id, batch_id, info["rows"], info["produced"],
                  info["skipped"])

@@ -66,6 +66,24 @@ def needs(options: KafkaSinkOptions) -> list[tuple[access.Acl, str]]:
     return out
 
 
+def ensure_facts_topic(options: KafkaSinkOptions) -> None:
+    """The transactional mode's facts topic exists (created with one partition when it does
+    not): the broker refuses commit facts for a topic it does not know."""
+    from connectors.kafka.sink.commit_facts import ensure_facts_topic as ensure
+
+    topic = options.facts_topic
+    try:
+        with producers.admin(options.producer_conf) as admin:
+            retrying(lambda: ensure(admin, topic, options.connect_timeout),
+                     what=f"{FAMILY} sink {options.sink_id}: facts topic {topic!r}",
+                     error=KafkaSinkError, timeout=options.metadata_retry_timeout)
+    except KafkaSinkError as e:
+        raise KafkaSinkError(
+            f"{e}; the transactional mode keeps its commit facts as offsets on topic "
+            f"{topic!r} (factsTopic): create it with one partition, or let the sink create it "
+            "(CREATE on that topic), docs/security.md") from None
+
+
 def partition_counts(options: KafkaSinkOptions, topics: list[str]) -> dict[str, int]:
     """The partition count of every target topic; a missing one is created by the broker
     (with a warning) or refused (``failOnUnknownTopic=true``)."""

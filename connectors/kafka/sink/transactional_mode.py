@@ -54,7 +54,6 @@ class TransactionalWriter(KafkaWriter):
         super().__init__(options, state, task)
         self.facts: commit_facts.FactWriter | None = None
         self.facts_lease: Lease[commit_facts.FactWriter] | None = None
-        self.topics: list[str] = []
         self.in_txn = False
 
     def header_prefix(self) -> bytes | None:
@@ -72,8 +71,9 @@ class TransactionalWriter(KafkaWriter):
     def open_producer(self) -> ProducerSlot:
         # Both clients are created here and connect in the background while the rows are
         # shaped; recover() then fences and reads.
-        self.facts_lease = commit_facts.fact_writer(self.options.producer_conf, self.sink_id,
-                                                    self.task.writer_id)
+        self.facts_lease = commit_facts.fact_writer(
+            self.options.producer_conf, self.sink_id, self.task.writer_id,
+            self.options.facts_topic, self.options.connect_timeout)
         self.facts = self.facts_lease.client
         try:
             return producers.transactional_producer(
@@ -86,8 +86,8 @@ class TransactionalWriter(KafkaWriter):
     def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         topic = self.options.topic
         if topic is None or self.options.recovery_key_headers:
-            # The commit fact's place depends on every row's topic, and recovery keys number
-            # the task's rows: both need the whole task first.
+            # A topic column needs every row's topic (and its partition count) first, and
+            # recovery keys number the task's rows: both need the whole task first.
             return super().write(batches)
         return self.write_streaming(iter(batches), topic)
 
@@ -107,7 +107,7 @@ class TransactionalWriter(KafkaWriter):
         with self.attempt(slot):
             counts = self.partition_counts([topic])
             # 2T. Fence earlier attempts of (B, w), then read their commit fact.
-            self.check_fact([topic], slot)
+            self.check_fact(slot)
             if report.already_committed:
                 report.rows = first.num_rows + _drain(batches)  # the task's rows, as below
                 return report
@@ -131,23 +131,29 @@ class TransactionalWriter(KafkaWriter):
 
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
         # 2T. (the whole-task path) Fence, then read the commit fact.
-        self.check_fact(list(rows.topics), slot)
+        self.check_fact(slot)
         return None
 
-    def check_fact(self, topics: list[str], slot: ProducerSlot) -> None:
-        """Fence, then read the fact of an earlier attempt (sets ``already_committed``)."""
+    def check_fact(self, slot: ProducerSlot) -> None:
+        """Fence, then read the fact of an earlier attempt (sets ``already_committed``);
+        with no fact, the started marker guards against a fact Kafka expired."""
         b = self.task.batch_id
-        self.topics = topics
         began = time.perf_counter()
         # Fence first: init_transactions completes or aborts an earlier attempt's open
         # transaction, so the fact read below sees its outcome.
         producers.init_transactions(slot, self.options.flush_timeout)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
-        fact = self.facts.read(self.topics, b, self.options.metadata_retry_timeout)
+        fact = self.facts.read(self.options.facts_topic, b, self.options.metadata_retry_timeout)
         report = self.report
-        report.scan_seconds = time.perf_counter() - began
         report.retry = self.task.attempt > 0 or fact is not None
+        # 2E. No fact: create the task's started marker first, or, when an earlier attempt
+        #     did, refuse if its fact may have expired (commit_facts.guard_expiry).
+        if fact is None and not commit_facts.guard_expiry(
+                self.state, self.options.producer_conf, self.sink_id, b, self.task.writer_id,
+                self.options.expired_fact_policy, self.options.metadata_retry_timeout):
+            fact = commit_facts.CommitFact(b, 0)  # expiredFactPolicy=skip
+        report.scan_seconds = time.perf_counter() - began
         if fact is not None:
             # An earlier attempt of (B, w) committed its transaction: its rows are there.
             report.already_committed = True
@@ -168,7 +174,7 @@ class TransactionalWriter(KafkaWriter):
         fact = commit_facts.CommitFact(self.task.batch_id, report.produced, report.partitions)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
-        self.facts.send(slot.producer, self.topics, fact, timeout)
+        self.facts.send(slot.producer, self.options.facts_topic, fact, timeout)
         slot.producer.commit_transaction(timeout)
         report.commit_seconds = time.perf_counter() - began
         failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
