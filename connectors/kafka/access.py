@@ -106,6 +106,25 @@ ROLES: dict[str, tuple[Acl, ...]] = {
         _acl("TOPIC", "{topic}", "LITERAL", "READ",
              "a retried task's recovery scan reads the target topic"),
     ),
+    "transactional-sink": (
+        _acl("TOPIC", "{topic}", "LITERAL", "WRITE",
+             "Produce and AddPartitionsToTxn of the rows; Metadata of the target (WRITE "
+             "includes DESCRIBE)"),
+        _acl("TRANSACTIONAL_ID", "{sink_id}-", "PREFIXED", "WRITE",
+             "InitProducerId (fencing), AddPartitionsToTxn, AddOffsetsToTxn and EndTxn of "
+             "the transactional ids `<sink_id>-<writer>` (WRITE includes the DESCRIBE of "
+             "FindCoordinator)"),
+        _acl("GROUP", "eo-sink-{sink_id}-w", "PREFIXED", "READ",
+             "TxnOffsetCommit of each writer's commit fact to group "
+             "`eo-sink-<sink_id>-w<writer>`, and the retry's OffsetFetch of it (READ "
+             "includes DESCRIBE)"),
+        _acl("TOPIC", "{facts_topic}", "LITERAL", "READ",
+             "the commit fact is an offset on partition 0 of the facts topic: TxnOffsetCommit "
+             "needs READ on it, OffsetFetch DESCRIBE (included)"),
+        _acl("TOPIC", "{facts_topic}", "LITERAL", "CREATE",
+             "only while the facts topic does not exist: the driver creates it (one "
+             "partition). Create it yourself and this ACL is not needed"),
+    ),
     "lag": (
         _acl("GROUP", "{group}", "LITERAL", "DESCRIBE", "OffsetFetch of the group's offsets"),
         _acl("TOPIC", "{topic}", "LITERAL", "DESCRIBE",
@@ -257,6 +276,7 @@ ROLE_TITLES = {
     "source-group": "`eo_kafka` source with `startingOffsets=group`",
     "windows": "`KafkaWindows` (batch windows)",
     "sink": "`eo_kafka` sink, recovery-key mode (the default)",
+    "transactional-sink": "`eo_kafka` sink, `transactional=true`",
     "lag": "`python -m connectors lag`",
 }
 

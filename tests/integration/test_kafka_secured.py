@@ -285,6 +285,73 @@ def test_recovery_key_sink_fails_fast_without_each_acl(secured: Any, tmp_path: A
     assert sink.last_committed() is None
 
 
+# -- the transactional sink -----------------------------------------------------------------
+def _txn_names(topic: str) -> dict[str, str]:
+    # a facts topic of its own per case, so the CREATE case finds it missing
+    return {"topic": topic, "sink_id": f"tx-{uuid.uuid4().hex[:8]}",
+            "facts_topic": f"facts-{uuid.uuid4().hex[:8]}"}
+
+
+def _txn_sink(secured: Any, user: str, names: dict[str, str], wal: str) -> Any:
+    from connectors import KafkaSink
+
+    return KafkaSink(names["sink_id"], wal, topic=names["topic"], transactional=True,
+                     facts_topic=names["facts_topic"], kafka_options=secured.client_conf(user),
+                     connect_timeout=20)
+
+
+def _fact_offsets(secured: Any, names: dict[str, str]) -> dict[tuple[str, int], int]:
+    return _group_offsets(secured, f"eo-sink-{names['sink_id']}-w0")
+
+
+def test_transactional_sink_with_exactly_its_acls(secured: Any, tmp_path: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    names = _txn_names(_target(secured))
+    user = _user(secured, "txn")
+    _grant(secured, user, _role_acls("transactional-sink", **names))
+    sink = _txn_sink(secured, user, names, str(tmp_path / "wal"))
+    # The first attempt fails after its transaction committed: the retry fences it, finds
+    # its commit fact (OffsetFetch) and writes nothing.
+    monkeypatch.setenv(failpoints.ENV, "kafka_sink.after_txn_commit@0!raise")
+    failpoints.reload()
+    try:
+        with pytest.raises(FailpointError):
+            _write(sink, 0)
+    finally:
+        monkeypatch.delenv(failpoints.ENV)
+        failpoints.reload()
+    retry = _write(sink, 0, attempt=1)
+    sink.commit(0, [retry])
+    assert_exact(_output(secured, names["topic"]), list(zip(
+        ROWS["key"].to_pylist(), ROWS["value"].to_pylist(), strict=True)))
+    assert sink.last_committed() == 0
+    assert _fact_offsets(secured, names) == {(names["facts_topic"], 0): 0}
+
+
+@pytest.mark.parametrize("dropped", range(len(ROLES["transactional-sink"])),
+                         ids=_ids("transactional-sink"))
+def test_transactional_sink_fails_fast_without_each_acl(secured: Any, tmp_path: Any,
+                                                        dropped: int) -> None:
+    names = _txn_names(_target(secured))
+    acls = _role_acls("transactional-sink", **names)
+    if acls[dropped].operation != "CREATE":
+        # the facts topic exists (an operator made it): CREATE is not needed, the rest is
+        create_topic(secured.setup_bootstrap, names["facts_topic"], 1)
+    user = _user(secured, "txn")
+    _grant(secured, user, [a for i, a in enumerate(acls) if i != dropped])
+    sink = _txn_sink(secured, user, names, str(tmp_path / "wal"))
+    started = time.monotonic()
+    with pytest.raises(ConnectorError) as raised:
+        _write(sink, 0)
+    assert time.monotonic() - started < FAIL_WITHIN
+    _assert_names(str(raised.value), user, acls[dropped])
+    assert _output(secured, names["topic"]) == []
+    # not even an aborted transaction's records: the denial came before the first produce
+    assert read_topic(secured.setup_bootstrap, names["topic"], isolation="read_uncommitted") == []
+    assert sink.last_committed() is None
+    assert _fact_offsets(secured, names) == {}
+
+
 # -- bad credentials --------------------------------------------------------------------------
 BAD_INPUT = {
     "wrong-password": {"password": "not-the-password"},
