@@ -188,10 +188,18 @@ def denied(exc: BaseException | Any, *, who: str, conf: Mapping[str, Any],
         return (f"{who}: {request}: {who_is} has no {missing} ({name}); grant it: {grants} "
                 "(docs/security.md lists every ACL this role needs)")
     # Authentication or TLS: say which setting to look at, never its value.
-    return (f"{who}: {request}: authentication with {conf.get('bootstrap.servers', '?')} "
-            f"failed for {who_is} ({_first_line(text)}); check kafka.sasl.mechanism, "
-            "kafka.sasl.username/kafka.sasl.password and kafka.ssl.ca.location "
-            "(docs/security.md)")
+    servers = conf.get("bootstrap.servers", "?")
+    if name == "_SSL" or "SSL handshake" in text:
+        what, check = "the TLS handshake", ("kafka.ssl.ca.location (the CA that signed the "
+                                            "brokers' certificates) and the host names in "
+                                            "bootstrap.servers")
+    elif "mechanism handshake" in text or "UNSUPPORTED_SASL_MECHANISM" in text:
+        what, check = ("the SASL mechanism",
+                       "kafka.sasl.mechanism (the broker names the ones it enables)")
+    else:
+        what, check = "authentication", "kafka.sasl.username and kafka.sasl.password"
+    return (f"{who}: {request}: {what} with {servers} failed for {who_is} "
+            f"({_first_line(text)}); check {check} (docs/security.md)")
 
 
 def _first_line(text: str) -> str:
@@ -291,3 +299,61 @@ def docs_table(role: str) -> str:
         rows.append(f"| {_TYPE_NAMES.get(a.resource, a.resource)} | {name} | {a.pattern} | "
                     f"{a.operation} | {a.why} |")
     return "\n".join(rows)
+
+
+class LoginWatch:
+    """A client's ``error_cb``: keeps the last authentication or TLS failure librdkafka
+    reported. Such a failure reaches the caller of a request only as a transport error at
+    the request's timeout; the client's own error callback has it within a second."""
+
+    def __init__(self) -> None:
+        self.failure: Any = None
+
+    def __call__(self, err: Any) -> None:
+        if _error_name(err) in AUTHENTICATION:
+            self.failure = err
+
+
+def watch_logins(client: Any) -> LoginWatch | None:
+    """The :class:`LoginWatch` made for ``client`` by :func:`with_login_watch`, if any."""
+    watch: LoginWatch | None = getattr(client, "_eo_login_watch", None)
+    return watch
+
+
+def with_login_watch(make: Any, conf: dict[str, Any]) -> Any:
+    """``make(conf)`` with a :class:`LoginWatch` as its ``error_cb`` (unless the caller set
+    one), kept on the client for :func:`first_request`."""
+    watch = LoginWatch()
+    conf = dict(conf)
+    conf.setdefault("error_cb", watch)
+    client = make(conf)
+    try:
+        client._eo_login_watch = watch
+    except AttributeError:  # a client type without a __dict__: no early answer, only slower
+        pass
+    return client
+
+
+def first_request(client: Any, call: Any, timeout: float) -> Any:
+    """``call(t)``, a request that waits up to ``t`` seconds, tried in slices of at most
+    one second until it answers or ``timeout`` passes; between slices the client's
+    callbacks are served, and a failed login or TLS handshake is raised at once as a
+    ``KafkaException`` (no retry can fix a password or a CA)."""
+    import time
+
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    watch = watch_logins(client)
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return call(max(0.1, min(1.0, left)))
+        except Exception:
+            poll = getattr(client, "poll", None)
+            if poll is not None:
+                poll(0)
+            if watch is not None and watch.failure is not None:
+                raise KafkaException(watch.failure) from None
+            if deadline - time.monotonic() <= 0:
+                raise

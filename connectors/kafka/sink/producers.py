@@ -240,7 +240,9 @@ def admin(conf: Mapping[str, str], auto_create: bool = False) -> Iterator[Any]:
         # Often the first client of a short-lived process (the driver's planner worker).
         admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
         admin_conf["logger"] = LIBRDKAFKA_LOG
-        return AdminClient(admin_conf)
+        from connectors.kafka import access
+
+        return access.with_login_watch(AdminClient, admin_conf)
 
     with _ADMINS.lease((*_conf_key(conf), ("\0auto_create", str(auto_create))), make) as c:
         yield c

@@ -41,7 +41,8 @@ def check_reachable(options: KafkaSinkOptions) -> None:
     who = f"{FAMILY} sink {options.sink_id}"
     try:
         with producers.admin(options.producer_conf) as admin:
-            admin.list_topics(topic=options.topic, timeout=timeout)
+            access.first_request(
+                admin, lambda t: admin.list_topics(topic=options.topic, timeout=t), timeout)
     except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
         message = access.denied(e, who=who, conf=options.producer_conf, needs=(),
                                 request="connecting")

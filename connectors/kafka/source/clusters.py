@@ -43,7 +43,7 @@ class Clusters:
 
             conf: dict[str, Any] = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
             conf["logger"] = LIBRDKAFKA_LOG
-            client = AdminClient(conf)
+            client = access.with_login_watch(AdminClient, conf)
             self._admins[cluster.name] = client
         return client
 
@@ -109,8 +109,9 @@ class Clusters:
         the bootstrap servers and the likely causes, instead of after the poll and retry
         deadlines (minutes) and thousands of librdkafka connection logs."""
         timeout = self.opts.connect_timeout
+        admin = self.admin(c)
         try:
-            self.admin(c).list_topics(timeout=timeout)
+            access.first_request(admin, lambda t: admin.list_topics(timeout=t), timeout)
         except Exception as e:  # noqa: BLE001 - every failure here means "not reachable"
             message = access.denied(e, who="eo_kafka", conf=c.kafka, needs=(),
                                     request=f"connecting to {c.bootstrap}")
