@@ -38,6 +38,10 @@ def secured(request: pytest.FixtureRequest,
     missing = maven.java_and_maven()
     if missing is not None:
         unavailable("secured Apache Kafka", missing)
+    try:
+        import cryptography  # noqa: F401 - the throwaway CA is made with it
+    except ImportError:
+        unavailable("secured Apache Kafka", 'no cryptography package: pip install -e ".[dev]"')
     kafka = SecuredKafka(str(tmp_path_factory.mktemp("kafka-secured"))).start()
     announce(request, f"kafka (secured): Apache Kafka {kafka.version} SASL_SSL/SCRAM-SHA-512 "
                       f"on {kafka.bootstrap}, log {kafka.log_path}")
