@@ -459,3 +459,23 @@ def test_lag_fails_fast_without_each_acl(secured: Any, tmp_path: Any, dropped: i
     assert code == 2
     _assert_names(err, user, acls[dropped])
     _assert_no_secret(err, secured)
+
+
+# -- a denial while running: READ revoked after the start's check ------------------------------
+def test_a_fetch_denied_mid_run_names_the_acl(secured: Any) -> None:
+    """The start's check passed, then READ went (an operator revoked it): the executor's
+    read fails at once, not after pollTimeoutMs, naming the ACL."""
+    from connectors.core.errors import KafkaSourceError
+    from connectors.kafka.source.offsets import OffsetRange
+    from connectors.kafka.source.range_reader import read_range
+
+    topic = _source_topic(secured, 4)
+    user = _user(secured, "reader")
+    _grant(secured, user, [Acl("TOPIC", topic, "LITERAL", "DESCRIBE", "metadata")])
+    conf = {**secured.client_conf(user), "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": "false", "enable.partition.eof": "true"}
+    started = time.monotonic()
+    with pytest.raises(KafkaSourceError) as raised:
+        list(read_range(OffsetRange("", topic, 0, 0, 2), conf, poll_timeout_s=60))
+    assert time.monotonic() - started < FAIL_WITHIN
+    _assert_names(str(raised.value), user, Acl("TOPIC", topic, "LITERAL", "READ", ""))
