@@ -173,20 +173,62 @@ def _reset_jdbc(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- lag ---------------------------------------------------------------------------------------
+def _kafka_settings(args: argparse.Namespace) -> dict[str, str]:
+    """librdkafka settings from ``--kafka-config FILE`` then ``--kafka KEY=VALUE``."""
+    lines: list[str] = []
+    if getattr(args, "kafka_config", None):
+        try:
+            with open(args.kafka_config, encoding="utf-8") as f:
+                lines += f.read().splitlines()
+        except OSError as e:
+            raise ConnectorError(f"--kafka-config {args.kafka_config!r}: {e.strerror}") from None
+    lines += getattr(args, "kafka", None) or []
+    out: dict[str, str] = {}
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConnectorError(f"Kafka setting {key!r}: give KEY=VALUE, e.g. "
+                                 "security.protocol=SASL_SSL")
+        out[key.strip().removeprefix("kafka.")] = value.strip()
+    return out
+
+
 def lag(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
+    from connectors.kafka import access
     from connectors.kafka.common import LIBRDKAFKA_LOG
 
-    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap, "logger": LIBRDKAFKA_LOG}
+    conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
+                            "logger": LIBRDKAFKA_LOG}
     admin = AdminClient(conf)
+    if args.topic:
+        # The broker leaves topics the principal may not DESCRIBE out of a group's offsets
+        # without an error; asking for the named topic's metadata makes that denial visible.
+        known = admin.list_topics(topic=args.topic, timeout=args.timeout).topics.get(args.topic)
+        if known is not None and known.error is not None:
+            needs = [a.bind(group=args.group, topic=args.topic) for a in access.ROLES["lag"]
+                     if a.resource == "TOPIC"]
+            denied = access.denied(known.error, who="lag", conf=conf, needs=needs,
+                                   request=f"Metadata of topic {args.topic!r}")
+            if denied is not None:
+                raise ConnectorError(denied)
     try:
         futures = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(args.group)], request_timeout=args.timeout
         )
         result = futures[args.group].result(args.timeout)
     except Exception as e:
+        needs = [a.bind(group=args.group, topic="") for a in access.ROLES["lag"]
+                 if a.resource == "GROUP"]
+        denied = access.denied(e, who="lag", conf=conf, needs=needs,
+                               request=f"OffsetFetch of group {args.group!r}")
+        if denied is not None:
+            raise ConnectorError(denied) from None
         reason = str(e).strip() or f"{type(e).__name__}: no answer within --timeout " \
             f"{args.timeout:g}s"
         raise ConnectorError(
@@ -197,8 +239,17 @@ def lag(args: argparse.Namespace) -> int:
     committed = [tp for tp in result.topic_partitions if tp.error is None and tp.offset >= 0]
     if args.topic:
         committed = [tp for tp in committed if tp.topic == args.topic]
-    ends = watermarks(args.bootstrap, [TopicPartition(tp.topic, tp.partition) for tp in committed],
-                      timeout=args.timeout)
+    try:
+        ends = watermarks(conf, [TopicPartition(tp.topic, tp.partition) for tp in committed],
+                          timeout=args.timeout)
+    except Exception as e:
+        needs = [a.bind(group=args.group, topic=tp.topic) for a in access.ROLES["lag"]
+                 for tp in committed[:1] if a.resource == "TOPIC"]
+        denied = access.denied(e, who="lag", conf=conf, needs=needs,
+                               request="ListOffsets of the group's partitions")
+        if denied is not None:
+            raise ConnectorError(denied) from None
+        raise
     partitions = []
     for tp in sorted(committed, key=lambda t: (t.topic, t.partition)):
         end = ends.get((tp.topic, tp.partition))
@@ -220,11 +271,15 @@ def lag(args: argparse.Namespace) -> int:
     return 0
 
 
-def watermarks(bootstrap: str, partitions: list[Any], timeout: float) -> dict[tuple[str, int], int]:
-    """High watermark per (topic, partition). On a real Kafka this is the log end offset."""
+def watermarks(conf: dict[str, Any] | str, partitions: list[Any],
+               timeout: float) -> dict[tuple[str, int], int]:
+    """High watermark per (topic, partition). On a real Kafka this is the log end offset.
+    ``conf``: the client settings (or just the bootstrap servers)."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eo-connectors-cli-lag",
+    settings = {"bootstrap.servers": conf} if isinstance(conf, str) else dict(conf)
+    # The group is never joined nor committed to; librdkafka only insists on one.
+    consumer = Consumer({**settings, "group.id": "eo-connectors-cli-lag",
                          "enable.auto.commit": False})
     try:
         return {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout)[1]
@@ -340,8 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
     lg.add_argument("--group", required=True, help="the consumer group (kafka.group.id, or "
                     "groupIdPrefix + query of an eo_kafka source)")
-    lg.add_argument("--topic", help="only this topic")
+    lg.add_argument("--topic", help="only this topic (a topic the principal may not DESCRIBE is "
+                    "then an error; without --topic the broker leaves such topics out)")
     lg.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request")
+    lg.add_argument("--kafka", action="append", metavar="KEY=VALUE",
+                    help="a librdkafka setting (repeatable; a kafka. prefix is dropped), e.g. "
+                    "security.protocol=SASL_SSL; see docs/security.md")
+    lg.add_argument("--kafka-config", metavar="FILE",
+                    help="a file of KEY=VALUE librdkafka settings, one a line (# comments): "
+                    "keeps kafka.sasl.password off the command line")
     lg.set_defaults(func=lag)
 
     files = sub.add_parser("files", help="eo_files output state").add_subparsers(

@@ -131,9 +131,11 @@ def kafka_error(exc: BaseException) -> Any | None:
 def is_transient(exc: BaseException) -> bool:
     """True for an error a retry can cure: librdkafka's ``retriable()`` or a code Kafka's
     protocol defines as transient; never for a fatal error."""
+    from connectors.kafka.access import is_access_error
+
     err = kafka_error(exc)
-    if err is None:
-        return False
+    if err is None or is_access_error(err):
+        return False  # no retry grants an ACL or fixes a password
     if err.fatal() or str(err.name()) in _NEVER_TRANSIENT:
         return False
     if err.retriable():
@@ -156,6 +158,11 @@ def retrying(
     attempts and the last Kafka error."""
 
     def give_up(e: Exception, attempts: int, transient: bool) -> Exception:
+        from connectors.kafka.access import denied
+
+        message = denied(e, who=what, conf={}, needs=(), request="request")
+        if message is not None:
+            return error(message)
         if not transient:
             return error(f"{what} failed: {e}")
         return error(f"{what} still failed after {attempts} attempts in {timeout:.0f}s "

@@ -185,6 +185,7 @@ class ProducerSlot:
         from confluent_kafka import Producer
 
         self.errors: list[str] = []
+        self.conf = conf  # names the principal in an authorization error
         full: dict[str, Any] = dict(conf)
         # The Python client parses this one itself and wants a bool, not librdkafka's string.
         if "delivery.report.only.error" in full:
@@ -260,7 +261,13 @@ def close_cached_producers() -> None:
 
 def close_producer(producer: Any, timeout: float) -> None:
     """Flush for up to ``timeout`` seconds, drop what is left, and shut the client down."""
-    left = producer.flush(timeout)
+    try:
+        left = producer.flush(timeout)
+    except Exception as e:  # noqa: BLE001 - discarded anyway; never mask the task's error
+        # A producer in a fatal state (fenced, or denied its transactional id) raises here;
+        # raising from the task's cleanup would replace the error that says why.
+        log.debug("%s: flushing a producer being closed: %s", FAMILY, e)
+        left = len(producer)
     if left:
         log.warning("%s: closing a producer with %d undelivered records", FAMILY, left)
         producer.purge()
@@ -295,8 +302,22 @@ def init_transactions(slot: ProducerSlot, timeout: float) -> None:
     # client with none up yet finds no broker to ask for its transaction coordinator and
     # tries again only after librdkafka's 500 ms timer, which half of all task attempts
     # paid (bench/kafka_sink_throughput.py, "txn_task_setup_ms").
-    slot.producer.list_topics(timeout=timeout)
-    slot.producer.init_transactions(timeout)
+    try:
+        slot.producer.list_topics(timeout=timeout)
+        slot.producer.init_transactions(timeout)
+    except Exception as e:
+        from connectors.core.errors import KafkaSinkError
+        from connectors.kafka import access
+
+        tid = str(slot.conf.get("transactional.id", ""))
+        prefix = tid.rsplit("-", 1)[0] + "-"
+        needs = [a.bind(sink_id=prefix[:-1], topic="", facts_topic="")
+                 for a in access.ROLES["transactional-sink"] if a.resource == "TRANSACTIONAL_ID"]
+        denied = access.denied(e, who=f"{FAMILY} {prefix[:-1]}", conf=slot.conf, needs=needs,
+                               request=f"InitProducerId of transactional.id {tid!r}")
+        if denied is not None:
+            raise KafkaSinkError(denied) from None
+        raise
 
 
 def _stringify(value: Any) -> str:

@@ -47,6 +47,7 @@ import numpy as np
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import Storage
+from connectors.kafka import access
 from connectors.kafka.common import FAMILY
 
 log = logging.getLogger(__name__)
@@ -251,6 +252,7 @@ def scan(
     start: Mapping[tuple[str, int], int],
     stop_at_least: Mapping[tuple[str, int], int],
     timeout: float,
+    conf: Mapping[str, Any] | None = None,
 ) -> ScanResult:
     """Read every partition of ``start`` from its offset to partition EOF, collecting seqs.
 
@@ -259,10 +261,12 @@ def scan(
     taken when the scan began): under ``read_committed`` EOF comes at the last stable
     offset, which another writer's open transaction can hold back below records this task
     committed earlier, so EOF alone is not enough there. We read to EOF rather than to a
-    ListOffsets mark because some Kafka-protocol brokers under-report "latest".
+    ListOffsets mark because some Kafka-protocol brokers under-report "latest". ``conf``
+    (the client's settings) names the principal in an authorization error.
     """
     from confluent_kafka import KafkaError, TopicPartition
 
+    conf = conf or {}
     began = time.perf_counter()
     seqs: dict[tuple[str, int], list[int]] = {tp: [] for tp in start}
     if not start:
@@ -293,9 +297,18 @@ def scan(
                         if m.offset() >= stop_at_least.get(tp, 0):
                             pending.discard(tp)
                         continue
-                    raise KafkaSinkError(
+                    if m.topic() is None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                        # librdkafka looks up the coordinator of the consumer's group.id
+                        # although the scan only assigns and never commits: the role needs
+                        # no ACL on that group, so its denial is not the scan's failure.
+                        continue
+                    topic_read = access.Acl("TOPIC", str(m.topic()), "LITERAL", "READ", "scan")
+                    denied = access.denied(err, who=FAMILY, conf=conf, needs=[topic_read],
+                                           request=f"recovery scan of {m.topic()}"
+                                                   f"[{m.partition()}]")
+                    raise KafkaSinkError(denied or (
                         f"eo_kafka: recovery scan of {m.topic()}[{m.partition()}] failed: {err}"
-                    ) from None
+                    )) from None
                 read += 1
                 headers = m.headers()
                 if not headers:

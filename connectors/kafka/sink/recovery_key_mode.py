@@ -115,7 +115,7 @@ class RecoveryKeyWriter(KafkaWriter):
             self.options.producer_conf, self.sink_id, self.isolation))
         try:
             return recovery.scan(consumer, self.header_prefix(), start, stop,
-                                 self.options.scan_timeout)
+                                 self.options.scan_timeout, self.options.producer_conf)
         finally:
             consumer.close()
 

@@ -194,6 +194,7 @@ class KafkaSink(BatchSink):
                 targets.partition_counts(self.options, [self.topic])
             if self.transactional:
                 targets.ensure_facts_topic(self.options)
+            targets.check_access(self.options)
             self._cluster_checked = True
 
     def admit(self, batch_id: int) -> bool:

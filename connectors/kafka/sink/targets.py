@@ -15,9 +15,10 @@ from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.retry import poll_until
+from connectors.kafka import access
 from connectors.kafka.common import FAMILY, is_transient, retrying
 from connectors.kafka.connect import first_contact
-from connectors.kafka.sink import producers
+from connectors.kafka.sink import commit_facts, producers
 from connectors.kafka.sink.options import KafkaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,36 @@ def check_reachable(options: KafkaSinkOptions, started: float | None = None) -> 
                       conf=options.producer_conf, error=KafkaSinkError, started=started)
 
 
+def check_access(options: KafkaSinkOptions) -> None:
+    """A missing ACL of the sink's role fails here, naming it, before any task writes (the
+    driver's last check: the facts topic exists by then)."""
+    with producers.admin(options.producer_conf) as admin:
+        access.preflight(admin, options.producer_conf, needs(options),
+                         who=f"{FAMILY} sink {options.sink_id}",
+                         timeout=options.connect_timeout, error=KafkaSinkError)
+
+
+def needs(options: KafkaSinkOptions) -> list[tuple[access.Acl, str]]:
+    """The ACLs of the sink's role (docs/security.md) that a Describe can check: those on
+    the ``topic`` option's topic (a ``topic`` column's topics are checked by their first
+    request)."""
+    role = "transactional-sink" if options.transactional else "sink"
+    names = {"topic": options.topic or "", "sink_id": options.sink_id,
+             "facts_topic": options.facts_topic}
+    out = []
+    for acl in access.ROLES[role]:
+        bound = acl.bind(**names)
+        if acl.operation == "CREATE":
+            continue  # needed only while the facts topic is missing: ensure_facts_topic
+        if acl.resource == "TOPIC" and "{topic}" in acl.name and options.topic:
+            out.append((bound, options.topic))
+        elif acl.resource == "TOPIC" and "{facts_topic}" in acl.name:
+            out.append((bound, options.facts_topic))
+        elif acl.resource == "GROUP":
+            out.append((bound, commit_facts.group_id(options.sink_id, 0)))  # writer 0's
+    return out
+
+
 def ensure_facts_topic(options: KafkaSinkOptions) -> None:
     """The transactional mode's facts topic exists (created with one partition when it does
     not): the broker refuses commit facts for a topic it does not know."""
@@ -58,6 +89,14 @@ def ensure_facts_topic(options: KafkaSinkOptions) -> None:
                      what=f"{FAMILY} sink {options.sink_id}: facts topic {topic!r}",
                      error=KafkaSinkError, timeout=options.metadata_retry_timeout)
     except KafkaSinkError as e:
+        create = [a.bind(facts_topic=topic) for a in access.ROLES["transactional-sink"]
+                  if a.operation == "CREATE"]
+        denied = access.denied(e.__cause__ or e, who=f"{FAMILY} sink {options.sink_id}",
+                               conf=options.producer_conf, needs=create,
+                               request=f"creating the facts topic {topic!r} (factsTopic)")
+        if denied is not None:
+            raise KafkaSinkError(f"{denied}; or create the topic with one partition "
+                                 "yourself") from None
         raise KafkaSinkError(
             f"{e}; the transactional mode keeps its commit facts as offsets on topic "
             f"{topic!r} (factsTopic): create it with one partition, or let the sink create it "
@@ -81,6 +120,15 @@ def partition_counts(options: KafkaSinkOptions, topics: list[str]) -> dict[str, 
                 )
             _warn_creating(options, t)
             info = _await_topic(options, t, UNKNOWN_TOPIC_GRACE, auto_create=True)
+        if info is not None and info.error is not None:
+            role = "transactional-sink" if options.transactional else "sink"
+            needs = [a.bind(topic=t, sink_id=options.sink_id, facts_topic=options.facts_topic)
+                     for a in access.ROLES[role] if a.name == "{topic}"]
+            denied = access.denied(info.error, who=f"{FAMILY} sink {options.sink_id}",
+                                   conf=options.producer_conf, needs=needs,
+                                   request=f"metadata of target topic {t!r}")
+            if denied is not None:
+                raise KafkaSinkError(denied)
         if info is None or info.error is not None or not info.partitions:
             why = info.error if info is not None else "unknown topic"
             raise KafkaSinkError(

@@ -36,6 +36,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
+from connectors.kafka import access
 from connectors.kafka.common import FAMILY, retrying
 from connectors.kafka.sink import batch_produce, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
@@ -294,6 +295,15 @@ class KafkaWriter:
                 f"not delivered within flushTimeout={timeout:.0f}s"
             )
         if slot.errors:
+            # "<topic>[<partition>]: <error>": a denied WRITE names the ACL to grant.
+            topic = slot.errors[0].split("[", 1)[0]
+            denied = access.denied(slot.errors[0], who=f"{FAMILY} {self.sink_id}",
+                                   conf=self.options.producer_conf,
+                                   needs=[access.Acl("TOPIC", topic, "LITERAL", "WRITE",
+                                                     "Produce")],
+                                   request=f"producing batch {b} writer {w}")
+            if denied is not None:
+                raise KafkaSinkError(denied)
             raise KafkaSinkError(
                 f"{FAMILY} {self.sink_id}: {len(slot.errors)} records of batch {b} writer {w} "
                 f"failed delivery, e.g. {slot.errors[:3]}; the task fails and its retry skips "

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
+from connectors.kafka import access
 from connectors.kafka.common import LIBRDKAFKA_LOG, retrying
 from connectors.kafka.connect import first_contact, watched_admin
 from connectors.kafka.source.offsets import TP, Offsets, tp_name
@@ -114,7 +115,21 @@ class Clusters:
                       timeout=self.opts.connect_timeout, who="eo_kafka", bootstrap=c.bootstrap,
                       conf=c.kafka, error=KafkaSourceError, where="from the Spark driver",
                       started=started)
+        # A missing ACL fails here, naming it, before any window is planned or read.
+        access.preflight(admin, c.kafka, self.needs(c), who="eo_kafka",
+                         timeout=self.opts.connect_timeout, error=KafkaSourceError)
         self._reached.add(c.name)
+
+    def needs(self, c: ClusterSpec) -> list[tuple[access.Acl, str]]:
+        """The source role's ACLs (docs/security.md) on the named topics and the group."""
+        out = []
+        for acl in access.ROLES["source"]:
+            if acl.resource == "GROUP":
+                out.append((acl.bind(group=self.opts.group_id), self.opts.group_id))
+            else:
+                out += [(acl.bind(topic=t), t)
+                        for t in sorted(set(c.subscribe) | {t for t, _ in c.assign})]
+        return out
 
     def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:
         """A subscribed topic that does not exist yields 0 rows: say so, once per topic
@@ -220,6 +235,13 @@ class Clusters:
                     error=KafkaSourceError, timeout=min(self.opts.metadata_retry_timeout, 10.0),
                 )
             except Exception as e:  # noqa: BLE001 - monitoring only, see docstring
+                denied = access.denied(
+                    e.__cause__ or e, who="eo_kafka", conf=c.kafka,
+                    needs=[a for a, _ in self.needs(c)],
+                    request=f"committing offsets to group {self.opts.group_id!r}")
+                if denied is not None:
+                    # A missing ACL never cures itself: fail, naming it.
+                    raise KafkaSourceError(denied) from None
                 log.warning(
                     "eo_kafka: committing offsets to group %r on %s failed: %s",
                     self.opts.group_id, c.name or c.bootstrap, e,

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSourceError
+from connectors.kafka import access
 from connectors.kafka.common import LIBRDKAFKA_LOG, ClientCache
 from connectors.kafka.source.offsets import OffsetRange, report_data_loss
 from connectors.kafka.source.records import (  # noqa: F401 - arrow_schema, spark_schema_ddl: public here too
@@ -107,7 +108,8 @@ def read_ranges(
     with _CONSUMERS.lease(key, lambda: _new_consumer(conf)) as consumer:
         try:
             yield from _read(_GroupReader(consumer, todo, include_headers, cluster,
-                                          fail_on_data_loss, poll_timeout_s, batch_records))
+                                          fail_on_data_loss, poll_timeout_s, batch_records,
+                                          conf))
         except GeneratorExit:
             # Spark stopped reading early (a limit); the consumer is still fine.
             raise
@@ -210,10 +212,12 @@ class _GroupReader:
         fail_on_data_loss: bool,
         poll_timeout_s: float,
         batch_records: int,
+        conf: Mapping[str, Any] | None = None,
     ) -> None:
         from confluent_kafka import KafkaError
 
         self.consumer, self.cluster = consumer, cluster
+        self.conf = conf or {}  # names the principal in an authorization error
         self.parts = [_Part(r) for r in ranges]
         self.index = {(r.topic, r.partition): i for i, r in enumerate(ranges)}
         self.one_topic = len({r.topic for r in ranges}) == 1
@@ -435,10 +439,13 @@ class _GroupReader:
                 if not p.done:
                     self._seek(i, _out_of_range(self.consumer, p.r, p.position, err,
                                                 self.fail_on_data_loss, self.poll_timeout_s))
-            elif err.fatal() or not err.retriable():
-                raise KafkaSourceError(
+            elif err.fatal() or not err.retriable() or access.is_access_error(err):
+                read = access.Acl("TOPIC", p.r.topic, "LITERAL", "READ", "Fetch")
+                denied = access.denied(err, who="eo_kafka", conf=self.conf, needs=[read],
+                                       request=f"reading {p.r.describe()}")
+                raise KafkaSourceError(denied or (
                     f"eo_kafka: reading {p.r.describe()} at offset {p.position}: {err}"
-                )
+                ))
             else:
                 log.debug("eo_kafka: transient error on %s: %s", p.r.describe(), err)
         return good
