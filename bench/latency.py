@@ -15,8 +15,16 @@ in this process takes latency = receive time - send time. Only records *sent* af
   pyspark whose connector Maven Central serves (tests/services/spark_jvm.py), the baseline;
 - ``txn``: ``eo_kafka`` source -> ``eo_kafka`` sink, ``transactional=true``;
 - ``rk``: ``eo_kafka`` source -> ``eo_kafka`` sink, recovery keys (the default);
+- ``jdbc``: ``eo_kafka`` source -> ``eo_jdbc`` into PostgreSQL (``POSTGRES_DSN`` or the
+  test tier's database); latency until a reader polling the table (every 5 ms, by a
+  ``bigserial`` column) sees the row;
+- ``files``: ``eo_kafka`` source -> ``eo_files`` parquet on local disk; latency until the
+  file is among ``committed_files()`` (polled every 10 ms);
 - ``noop``: ``eo_kafka`` source -> ``noop``: our source's share of a batch (no latency,
-  batch durations only).
+  batch durations only);
+- ``floor``: a Python DataSource source that emits one row per batch -> a Python
+  DataSource sink that does nothing, neither touching Kafka: what Spark itself spends per
+  micro-batch on a Python DataSource pipeline (batch durations only).
 
 Reported per pipeline and rate: ``p50``/``p95``/``p99``/``max`` ms, batches per second, and
 the median of each part of Spark's ``durationMs`` (``latestOffset``, ``queryPlanning``,
@@ -56,14 +64,22 @@ class Load:
     """A producer thread at a steady rate (in 10 ms slots) and a ``read_committed``
     consumer thread measuring each record's latency."""
 
-    def __init__(self, bootstrap: str, source: str, sink: str | None, rate: int) -> None:
+    def __init__(self, bootstrap: str, source: str, sink: str | None, rate: int,
+                 watch: Any = None) -> None:
+        """``watch(load)``, when given, replaces the consumer of ``sink``: it records each
+        output row's latency with :meth:`seen` until ``load.stop`` is set."""
         self.bootstrap, self.source, self.sink, self.rate = bootstrap, source, sink, rate
         self.stop = threading.Event()
         self.latencies: list[tuple[int, float]] = []  # (sent ns, latency ms)
         self.sent = 0
         self.threads = [threading.Thread(target=self._produce, daemon=True)]
-        if sink is not None:
+        if watch is not None:
+            self.threads.append(threading.Thread(target=watch, args=(self,), daemon=True))
+        elif sink is not None:
             self.threads.append(threading.Thread(target=self._consume, daemon=True))
+
+    def seen(self, sent_ns: int, now_ns: int) -> None:
+        self.latencies.append((sent_ns, (now_ns - sent_ns) / 1e6))
 
     def start(self) -> Load:
         for t in self.threads:
@@ -155,17 +171,31 @@ def batch_parts(progress: list[dict[str, Any]], began_ns: int, warmup: float,
 
 def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
          window: float) -> dict[str, Any]:
+    if mode == "floor":
+        return floor(spark, warmup, window)
     source = f"lat-in-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, source, PARTITIONS)
-    sink = None if mode == "noop" else f"lat-out-{uuid.uuid4().hex[:8]}"
+    sink = f"lat-out-{uuid.uuid4().hex[:8]}" if mode in ("txn", "rk") else None
     if sink is not None:
         create_topic(bootstrap, sink, PARTITIONS)
     work = tempfile.mkdtemp(prefix=f"eo-latency-{mode}-")
     df = (spark.readStream.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", source).option("startingOffsets", "earliest")
           .option("walPath", os.path.join(work, "source-wal")).load().select("value"))
-    if sink is None:
+    watch = None
+    if mode == "noop":
         writer = df.writeStream.format("noop")
+    elif mode == "jdbc":
+        table = f"lat_{uuid.uuid4().hex[:8]}"
+        watch = jdbc_watcher(table)
+        writer = (df.selectExpr("cast(cast(value as string) as bigint) as sent")
+                  .writeStream.format("eo_jdbc").option("url", _sa_url(_dsn()))
+                  .option("table", table).option("sink_id", f"lat-jdbc-{uuid.uuid4().hex[:6]}"))
+    elif mode == "files":
+        out = os.path.join(work, "out")
+        watch = files_watcher(out)
+        writer = (df.selectExpr("cast(cast(value as string) as bigint) as sent")
+                  .writeStream.format("eo_files").option("path", out))
     else:
         writer = (df.writeStream.format("eo_kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
@@ -179,7 +209,7 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
         if query.exception() is not None or time.monotonic() > deadline:
             raise SystemExit(f"{mode} pipeline did not start: {query.exception()}")
         time.sleep(0.2)
-    load = Load(bootstrap, source, sink, rate)
+    load = Load(bootstrap, source, sink, rate, watch)
     began = time.time_ns()
     load.start()
     try:
@@ -193,6 +223,146 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
     if query.exception() is not None:
         raise SystemExit(f"{mode} pipeline failed: {query.exception()}")
     return result
+
+
+def _dsn() -> str:
+    return os.environ.get("POSTGRES_DSN", "postgresql://eo:eo@127.0.0.1:5432/eo_test")
+
+
+def _sa_url(dsn: str) -> str:
+    return "postgresql+psycopg://" + dsn.split("://", 1)[1]
+
+
+def jdbc_watcher(table: str) -> Any:
+    """Creates ``table`` (``seq bigserial``, ``sent bigint``); the watcher polls it every
+    5 ms for rows past the last ``seq`` seen (one transaction per batch commits them, so
+    ``seq`` order is commit order) and drops the table at the end."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(_dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (seq bigserial PRIMARY KEY, sent bigint)")
+                     .format(sql.Identifier(table)))
+
+    def watch(load: Load) -> None:
+        last = 0
+        query = sql.SQL("SELECT seq, sent FROM {} WHERE seq > %s ORDER BY seq").format(
+            sql.Identifier(table))
+        with psycopg.connect(_dsn(), autocommit=True) as conn:
+            try:
+                while not load.stop.is_set():
+                    rows = conn.execute(query, (last,)).fetchall()
+                    now = time.time_ns()
+                    for seq, sent in rows:
+                        load.seen(sent, now)
+                        last = seq
+                    time.sleep(0.005)
+            finally:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+    return watch
+
+
+def files_watcher(path: str) -> Any:
+    """Polls ``committed_files(path)`` every 10 ms; a row's latency ends when its file is
+    first listed as committed."""
+    import pyarrow.parquet as pq
+
+    from connectors.files.sink import committed_files
+
+    def watch(load: Load) -> None:
+        known: set[str] = set()
+        while not load.stop.is_set():
+            try:
+                files = committed_files(path)
+            except Exception:  # noqa: BLE001 - nothing committed yet
+                files = []
+            now = time.time_ns()
+            for f in files:
+                if f not in known:
+                    known.add(f)
+                    for sent in pq.read_table(f.removeprefix("file://"),
+                                              columns=["sent"]).column("sent").to_pylist():
+                        load.seen(sent, now)
+            time.sleep(0.01)
+
+    return watch
+
+
+def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
+    """The ``floor`` pipeline: Spark's own per-batch cost for a Python DataSource source and
+    sink that do nothing (batch durations over the same window; no latency)."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        InputPartition,
+        WriterCommitMessage,
+    )
+
+    class FloorReader(DataSourceStreamReader):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def initialOffset(self) -> dict:
+            return {"n": 0}
+
+        def latestOffset(self) -> dict:
+            self.n += 1  # always one more row: a batch every trigger
+            return {"n": self.n}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            return [InputPartition(end["n"])]
+
+        def read(self, partition: Any) -> Any:
+            yield (time.time_ns(),)
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class FloorWriter(DataSourceStreamWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: Any, batchId: int) -> None:  # noqa: N803 - Spark's name
+            pass
+
+        def abort(self, messages: Any, batchId: int) -> None:  # noqa: N803
+            pass
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_floor"
+
+        def schema(self) -> str:
+            return "sent long"
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return FloorReader()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+            return FloorWriter()
+
+    spark.dataSource.register(FloorSource)
+    work = tempfile.mkdtemp(prefix="eo-latency-floor-")
+    query = (spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
+             .option("checkpointLocation", os.path.join(work, "chk"))
+             .trigger(processingTime="0 seconds").start())
+    deadline = time.monotonic() + 240
+    while query.lastProgress is None:
+        if query.exception() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"floor pipeline did not start: {query.exception()}")
+        time.sleep(0.2)
+    began = time.time_ns()
+    try:
+        time.sleep(warmup + window + 1)
+    finally:
+        progress = [json.loads(p.json) for p in query.recentProgress]
+        query.stop()
+    return {**percentiles([]), **batch_parts(progress, began, warmup, window)}
 
 
 def spark_jvm(bootstrap: str, rate: int, warmup: float, window: float) -> dict[str, Any]:
@@ -248,7 +418,7 @@ def table(results: dict[str, dict[str, Any]], rates: list[int]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for rate in rates:
         base = results.get(f"spark_{rate}", {})
-        for name in ("spark", "txn", "rk", "noop"):
+        for name in ("spark", *MODES):
             r = results.get(f"{name}_{rate}")
             if r is None:
                 continue
@@ -264,7 +434,11 @@ def table(results: dict[str, dict[str, Any]], rates: list[int]) -> str:
 
 LABELS = {"spark": "Spark JVM Kafka -> Kafka (at-least-once)",
           "txn": "eo_kafka -> eo_kafka transactional", "rk": "eo_kafka -> eo_kafka recovery keys",
-          "noop": "eo_kafka -> noop (source alone)"}
+          "jdbc": "eo_kafka -> eo_jdbc (PostgreSQL)", "files": "eo_kafka -> eo_files (parquet)",
+          "noop": "eo_kafka -> noop (source alone)",
+          "floor": "Python DataSource -> Python DataSource, both doing nothing (Spark's floor)"}
+#: Our pipelines, in the order they run and are shown.
+MODES = ("txn", "rk", "jdbc", "files", "noop", "floor")
 
 
 def _ratio(a: Any, b: Any) -> Any:
@@ -274,6 +448,8 @@ def _ratio(a: Any, b: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rates", default="1000,10000", help="records/s, comma-separated")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"our pipelines, comma-separated (of {', '.join(MODES)})")
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--window", type=float, default=60.0)
     ap.add_argument("--rows", type=int, default=None,
@@ -292,7 +468,9 @@ def main() -> None:
         spark = bench_spark("bench-latency",
                             **{"spark.sql.streaming.numRecentProgressUpdates": "2000"})
         for rate in rates:
-            for mode in ("txn", "rk", "noop"):
+            for mode in args.modes.split(","):
+                if mode == "floor" and rate != rates[0]:
+                    continue  # no input: the same pipeline at every rate
                 results[f"{mode}_{rate}"] = ours(spark, bootstrap, mode, rate, args.warmup,
                                                  args.window)
                 print(f"{mode} {rate}/s: {results[f'{mode}_{rate}']}", flush=True)
@@ -307,7 +485,7 @@ def main() -> None:
     for key, r in results.items():
         for k in ("p50_ms", "p99_ms"):
             flat[f"{key}_{k}"] = r.get(k)
-        if not key.startswith(("spark", "noop")):
+        if not key.startswith(("spark", "noop", "floor")):
             rate = key.split("_")[1]
             base = results[f"spark_{rate}"]
             flat[f"{key}_ratio_p50_spark_kafka"] = _ratio(r.get("p50_ms"), base.get("p50_ms"))
