@@ -10,6 +10,10 @@ Commands:
   instead of refused as lower than the last committed one. Run it with the query stopped.
 - ``lag --bootstrap B --group G``: per-partition lag of a consumer group (e.g. a source's).
 - ``files status PATH``: committed batches and files of an ``eo_files`` output directory.
+- ``transactions --bootstrap B --topic T --sink-id ID --writers N [--abort]``: partitions of a
+  transactional sink's topic that ``read_committed`` readers are held on, for how long, and
+  (``--abort``, after confirmation) the open transactions of ``<ID>-0`` .. ``<ID>-<N-1>``
+  aborted.
 
 Every command takes ``--json``. Errors are one line on stderr with exit code 2; passwords in
 URLs are redacted in all output. A status command pointed at a path or table that holds no
@@ -288,6 +292,43 @@ def watermarks(conf: dict[str, Any] | str, partitions: list[Any],
         consumer.close()
 
 
+# -- transactions ------------------------------------------------------------------------------
+def transactions(args: argparse.Namespace) -> int:
+    from connectors.kafka.common import LIBRDKAFKA_LOG
+    from connectors.kafka.sink import transactions as txns
+
+    conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
+                            "logger": LIBRDKAFKA_LOG}
+    states = txns.partition_states(conf, args.topic, args.timeout)
+    aborted: list[str] = []
+    if args.abort:
+        if args.writers < 1:
+            raise ConnectorError("transactions --abort: give --writers N, the number of writer "
+                                 "partitions (Spark tasks per batch) of the sink")
+        ids = f"{args.sink_id}-0 .. {args.sink_id}-{args.writers - 1}"
+        if not args.yes:
+            answer = input(f"abort the open transactions of {ids}? A task still writing with "
+                           "one of them fails and is retried by Spark. Type the sink id to "
+                           "confirm: ")
+            if answer.strip() != args.sink_id:
+                raise ConnectorError("transactions: not confirmed; nothing aborted")
+        aborted = txns.abort_open(conf, args.sink_id, args.writers, args.timeout)
+        states = txns.partition_states(conf, args.topic, args.timeout)
+    held = [s for s in states if s.held]
+    lines = [f"{s.topic}[{s.partition}]: readers held at {s.lso} of {s.high_watermark}"
+             + (f" for {s.held_for_s:g} s" if s.held_for_s is not None else "") for s in held]
+    if aborted:
+        lines.insert(0, f"aborted the open transactions of {', '.join(aborted)}")
+    if not held:
+        lines.append(f"{args.topic}: no partition holds read_committed readers")
+    else:
+        lines.append(f"Kafka's kafka-transactions.sh describe --transactional-id "
+                     f"{args.sink_id}-<w> shows each id's state; --abort ends them")
+    _emit(args, {"topic": args.topic, "aborted": aborted,
+                 "partitions": [s.as_dict() for s in states]}, lines)
+    return 0
+
+
 # -- files status ------------------------------------------------------------------------------
 def files_status(args: argparse.Namespace) -> int:
     from connectors.files.placement import STAGING_DIR, placement_for
@@ -405,6 +446,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a file of KEY=VALUE librdkafka settings, one a line (# comments): "
                     "keeps kafka.sasl.password off the command line")
     lg.set_defaults(func=lag)
+
+    tx = with_json(sub.add_parser(
+        "transactions", help="open transactions of a transactional Kafka sink: held "
+        "read_committed readers, and aborting them"))
+    tx.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
+    tx.add_argument("--topic", required=True, help="the sink's target topic")
+    tx.add_argument("--sink-id", required=True, help="the sink's sink_id")
+    tx.add_argument("--writers", type=int, default=0,
+                    help="with --abort: how many writer partitions (Spark tasks per batch) "
+                    "the sink has; ids <sink-id>-0 .. -<writers-1> are aborted")
+    tx.add_argument("--abort", action="store_true", help="abort their open transactions")
+    tx.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    tx.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request")
+    tx.add_argument("--kafka", action="append", metavar="KEY=VALUE",
+                    help="a librdkafka setting (repeatable), see docs/security.md")
+    tx.add_argument("--kafka-config", metavar="FILE", help="a file of KEY=VALUE settings")
+    tx.set_defaults(func=transactions)
 
     files = sub.add_parser("files", help="eo_files output state").add_subparsers(
         dest="files_command", required=True)

@@ -1,0 +1,113 @@
+"""Open transactions of a transactional Kafka sink: find them, and abort a hanging one
+(``eo-connectors transactions``; docs/kafka-sink.md, "Stuck readers").
+
+A task killed inside its transaction leaves it open, and ``read_committed`` readers of every
+partition it wrote stop at the last stable offset (LSO) until the transaction ends: Spark's
+retry of the task aborts it at once (its ``init_transactions`` fences the dead attempt),
+else the broker aborts it ``transaction.timeout.ms`` after it began.
+
+What this module can see without Kafka's DescribeTransactions/ListTransactions (which
+confluent-kafka does not expose): per partition of the target topic, the LSO against the
+high watermark (a gap is an open transaction, or one whose markers are being written) and
+the timestamp of the first record past the LSO (how long readers have been held). Aborting
+needs no admin API: ``init_transactions`` with the sink's transactional id ``<sink_id>-<w>``
+aborts that id's open transaction, as the task's own retry would.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from connectors.core.errors import KafkaSinkError
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink.producers import transactional_id
+
+
+@dataclass
+class PartitionState:
+    """One partition of the target topic: readers of ``read_committed`` see up to ``lso``."""
+
+    topic: str
+    partition: int
+    lso: int
+    high_watermark: int
+    #: age of the first record past the LSO (its producer's timestamp), when there is one
+    held_for_s: float | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.lso < self.high_watermark
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "held": self.held}
+
+
+def partition_states(conf: dict[str, Any], topic: str, timeout: float) -> list[PartitionState]:
+    """LSO and high watermark of every partition of ``topic``, with how long a held one has
+    been held."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(conf)
+    meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        why = meta.error if meta is not None else "unknown topic"
+        raise KafkaSinkError(f"{FAMILY} transactions: topic {topic!r} is not available ({why})")
+    tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+
+    def offsets(level: Any) -> dict[int, int]:
+        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
+                                     isolation_level=level, request_timeout=timeout)
+        return {tp.partition: f.result(timeout).offset for tp, f in futures.items()}
+
+    stable = offsets(IsolationLevel.READ_COMMITTED)
+    high = offsets(IsolationLevel.READ_UNCOMMITTED)
+    states = [PartitionState(topic, p, stable[p], high[p]) for p in sorted(stable)]
+    held = [s for s in states if s.held]
+    if held:
+        _held_ages(conf, held, timeout)
+    return states
+
+
+def _held_ages(conf: dict[str, Any], held: list[PartitionState], timeout: float) -> None:
+    """The age of the first record past the LSO of each held partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "eo-connectors-cli-transactions",
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    try:
+        consumer.assign([TopicPartition(s.topic, s.partition, s.lso) for s in held])
+        waiting = {(s.topic, s.partition): s for s in held}
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            for m in consumer.consume(len(waiting), 0.5):
+                s = waiting.pop((m.topic(), m.partition()), None)
+                if s is None or m.error() is not None:
+                    continue
+                _, ts = m.timestamp()
+                if ts > 0:
+                    s.held_for_s = round(max(0.0, time.time() - ts / 1000), 1)
+    finally:
+        consumer.close()
+
+
+def abort_open(conf: dict[str, Any], sink_id: str, writers: int, timeout: float) -> list[str]:
+    """Abort the open transaction of every transactional id ``<sink_id>-0`` ..
+    ``<sink_id>-<writers-1>`` (``init_transactions`` fences the last producer of each id
+    and aborts what it left open); returns the ids. A task still running with one of them
+    fails at its commit and Spark retries it: nothing is lost or doubled, but stop the
+    query first where you can."""
+    from confluent_kafka import Producer
+
+    done = []
+    for w in range(writers):
+        tid = transactional_id(sink_id, w)
+        producer = Producer({**conf, "transactional.id": tid})
+        try:
+            producer.init_transactions(timeout)
+        finally:
+            producer.flush(0)
+        done.append(tid)
+    return done
