@@ -299,33 +299,18 @@ def transactions(args: argparse.Namespace) -> int:
 
     conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
                             "logger": LIBRDKAFKA_LOG}
-    states = txns.partition_states(conf, args.topic, args.timeout)
-    aborted: list[str] = []
-    if args.abort:
-        if args.writers < 1:
-            raise ConnectorError("transactions --abort: give --writers N, the number of writer "
-                                 "partitions (Spark tasks per batch) of the sink")
-        ids = f"{args.sink_id}-0 .. {args.sink_id}-{args.writers - 1}"
-        if not args.yes:
-            answer = input(f"abort the open transactions of {ids}? A task still writing with "
-                           "one of them fails and is retried by Spark. Type the sink id to "
-                           "confirm: ")
-            if answer.strip() != args.sink_id:
-                raise ConnectorError("transactions: not confirmed; nothing aborted")
-        aborted = txns.abort_open(conf, args.sink_id, args.writers, args.timeout)
-        states = txns.partition_states(conf, args.topic, args.timeout)
-    held = [s for s in states if s.held]
-    lines = [f"{s.topic}[{s.partition}]: readers held at {s.lso} of {s.high_watermark}"
-             + (f" for {s.held_for_s:g} s" if s.held_for_s is not None else "") for s in held]
-    if aborted:
-        lines.insert(0, f"aborted the open transactions of {', '.join(aborted)}")
-    if not held:
-        lines.append(f"{args.topic}: no partition holds read_committed readers")
-    else:
-        lines.append(f"Kafka's kafka-transactions.sh describe --transactional-id "
-                     f"{args.sink_id}-<w> shows each id's state; --abort ends them")
-    _emit(args, {"topic": args.topic, "aborted": aborted,
-                 "partitions": [s.as_dict() for s in states]}, lines)
+
+    def confirm(ids: str) -> bool:
+        return args.yes or input(
+            f"abort the open transactions of {ids}? A task still writing with one of them "
+            "fails and is retried by Spark. Type the sink id to confirm: ").strip() == args.sink_id
+
+    if args.abort and args.writers < 1:
+        raise ConnectorError("transactions --abort: give --writers N, the number of writer "
+                             "partitions (Spark tasks per batch) of the sink")
+    doc, lines = txns.report(conf, args.topic, args.sink_id, args.writers if args.abort else 0,
+                             args.timeout, confirm)
+    _emit(args, doc, lines)
     return 0
 
 

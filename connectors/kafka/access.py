@@ -125,6 +125,15 @@ ROLES: dict[str, tuple[Acl, ...]] = {
              "only while the facts topic does not exist: the driver creates it (one "
              "partition). Create it yourself and this ACL is not needed"),
     ),
+    "transactions": (
+        _acl("TOPIC", "{topic}", "LITERAL", "READ",
+             "Metadata and ListOffsets (both isolation levels) of the sink's topic, and Fetch "
+             "of the first record past a held partition's last stable offset, for its age "
+             "(READ includes DESCRIBE)"),
+        _acl("TRANSACTIONAL_ID", "{sink_id}-", "PREFIXED", "WRITE",
+             "`--abort`: InitProducerId with each transactional id `<sink_id>-<writer>`, "
+             "which aborts its open transaction (the sink's own ACL)"),
+    ),
     "lag": (
         _acl("GROUP", "{group}", "LITERAL", "DESCRIBE", "OffsetFetch of the group's offsets"),
         _acl("TOPIC", "{topic}", "LITERAL", "DESCRIBE",
@@ -285,6 +294,7 @@ ROLE_TITLES = {
     "windows": "`KafkaWindows` (batch windows)",
     "sink": "`eo_kafka` sink, recovery-key mode (the default)",
     "transactional-sink": "`eo_kafka` sink, `transactional=true`",
+    "transactions": "`python -m connectors transactions`",
     "lag": "`python -m connectors lag`",
 }
 

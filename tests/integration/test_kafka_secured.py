@@ -461,6 +461,90 @@ def test_lag_fails_fast_without_each_acl(secured: Any, tmp_path: Any, dropped: i
     _assert_no_secret(err, secured)
 
 
+# -- the CLI: transactions ------------------------------------------------------------------
+_HOLD = """
+import os, signal, sys
+from confluent_kafka import Producer
+bootstrap, topic, tid = sys.argv[1:]
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+p.init_transactions(30)
+p.begin_transaction()
+for i in range(20):
+    p.produce(topic, b"held-%d" % i, None, i % 2)
+p.flush(30)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _held_topic(secured: Any, sink_id: str) -> str:
+    """A topic whose partitions a transaction of ``<sink_id>-0`` holds: its producer (set-up
+    listener) was SIGKILLed inside it, as a task killed mid-transaction would be."""
+    import subprocess
+    import sys
+
+    topic = f"held-{uuid.uuid4().hex[:8]}"
+    create_topic(secured.setup_bootstrap, topic, 2)
+    done = subprocess.run([sys.executable, "-c", _HOLD, secured.setup_bootstrap, topic,
+                           f"{sink_id}-0"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == -9, done.stderr[-2000:]
+    return topic
+
+
+def _transactions(secured: Any, user: str, topic: str, sink_id: str, tmp_path: Any,
+                  capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    from connectors.cli import main
+
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in secured.client_conf(user).items()
+                              if k != "bootstrap.servers"))
+    code = main(["transactions", "--bootstrap", secured.bootstrap, "--topic", topic,
+                 "--sink-id", sink_id, "--json", "--timeout", "10", "--kafka-config",
+                 str(config), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_transactions_with_exactly_its_acls(secured: Any, tmp_path: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    sink_id = f"held-{uuid.uuid4().hex[:8]}"
+    topic = _held_topic(secured, sink_id)
+    user = _user(secured, "transactions")
+    _grant(secured, user, _role_acls("transactions", topic=topic, sink_id=sink_id))
+    code, out, err = _transactions(secured, user, topic, sink_id, tmp_path, capsys)
+    assert code == 0, err
+    assert any(p["held"] for p in json.loads(out)["partitions"]), out
+    code, out, err = _transactions(secured, user, topic, sink_id, tmp_path, capsys,
+                                   "--abort", "--writers", "1", "--yes")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["aborted"] == [f"{sink_id}-0"] and not any(p["held"] for p in doc["partitions"])
+
+
+@pytest.mark.parametrize("dropped", range(len(ROLES["transactions"])), ids=_ids("transactions"))
+def test_transactions_fails_fast_without_each_acl(secured: Any, tmp_path: Any, dropped: int,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    sink_id = f"held-{uuid.uuid4().hex[:8]}"
+    topic = _held_topic(secured, sink_id)
+    user = _user(secured, "transactions")
+    acls = _role_acls("transactions", topic=topic, sink_id=sink_id)
+    _grant(secured, user, [a for i, a in enumerate(acls) if i != dropped])
+    started = time.monotonic()
+    code, _out, err = _transactions(secured, user, topic, sink_id, tmp_path, capsys,
+                                    "--abort", "--writers", "1", "--yes")
+    assert time.monotonic() - started < FAIL_WITHIN
+    assert code == 2
+    _assert_names(err, user, acls[dropped])
+    _assert_no_secret(err, secured)
+    # Nothing aborted: the transaction still holds its readers.
+    from connectors.kafka.sink.transactions import partition_states
+
+    conf = {"bootstrap.servers": secured.setup_bootstrap}
+    assert any(s.held for s in partition_states(conf, topic, 15))
+
+
 # -- a denial while running: READ revoked after the start's check ------------------------------
 def test_a_fetch_denied_mid_run_names_the_acl(secured: Any) -> None:
     """The start's check passed, then READ went (an operator revoked it): the executor's

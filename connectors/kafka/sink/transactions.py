@@ -17,10 +17,11 @@ aborts that id's open transaction, as the task's own retry would.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from connectors.core.errors import KafkaSinkError
+from connectors.core.errors import ConnectorError, KafkaSinkError
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink.producers import transactional_id
 
@@ -47,14 +48,15 @@ class PartitionState:
 def partition_states(conf: dict[str, Any], topic: str, timeout: float) -> list[PartitionState]:
     """LSO and high watermark of every partition of ``topic``, with how long a held one has
     been held."""
-    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient(conf)
     meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        why = meta.error if meta is not None else "unknown topic"
-        raise KafkaSinkError(f"{FAMILY} transactions: topic {topic!r} is not available ({why})")
+    if meta is not None and meta.error is not None:
+        raise KafkaException(meta.error)  # the caller names a denial
+    if meta is None or not meta.partitions:
+        raise KafkaSinkError(f"{FAMILY} transactions: topic {topic!r} does not exist")
     tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
 
     def offsets(level: Any) -> dict[int, int]:
@@ -83,8 +85,10 @@ def _held_ages(conf: dict[str, Any], held: list[PartitionState], timeout: float)
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
             for m in consumer.consume(len(waiting), 0.5):
-                s = waiting.pop((m.topic(), m.partition()), None)
-                if s is None or m.error() is not None:
+                if m.error() is not None:
+                    continue
+                s = waiting.pop((str(m.topic()), int(m.partition() or 0)), None)
+                if s is None:
                     continue
                 _, ts = m.timestamp()
                 if ts > 0:
@@ -111,3 +115,51 @@ def abort_open(conf: dict[str, Any], sink_id: str, writers: int, timeout: float)
             producer.flush(0)
         done.append(tid)
     return done
+
+
+def report(conf: dict[str, Any], topic: str, sink_id: str, abort_writers: int, timeout: float,
+           confirm: Callable[[str], bool]) -> tuple[dict[str, Any], list[str]]:
+    """``eo-connectors transactions``: the held partitions of ``topic`` (JSON document and
+    text lines); with ``abort_writers`` > 0, after ``confirm(ids)``, the open transactions
+    of ``<sink_id>-0`` .. ``-<abort_writers-1>`` aborted first. A denied request names the
+    ACL (docs/security.md, role ``transactions``)."""
+    from connectors.kafka import access
+
+    acls = [a.bind(topic=topic, sink_id=sink_id) for a in access.ROLES["transactions"]]
+
+    def named(call: Callable[[], Any], kind: str, request: str) -> Any:
+        try:
+            return call()
+        except ConnectorError:
+            raise
+        except Exception as e:
+            message = access.denied(e, who="transactions", conf=conf, request=request,
+                                    needs=[a for a in acls if a.resource == kind])
+            raise ConnectorError(message or f"transactions: {request} failed: {e}") from None
+
+    def states_now() -> list[PartitionState]:
+        states: list[PartitionState] = named(lambda: partition_states(conf, topic, timeout),
+                                             "TOPIC", f"offsets of topic {topic!r}")
+        return states
+
+    states = states_now()
+    aborted: list[str] = []
+    if abort_writers:
+        ids = f"{sink_id}-0 .. {sink_id}-{abort_writers - 1}"
+        if not confirm(ids):
+            raise ConnectorError("transactions: not confirmed; nothing aborted")
+        aborted = named(lambda: abort_open(conf, sink_id, abort_writers, timeout),
+                        "TRANSACTIONAL_ID", f"init_transactions of {ids}")
+        states = states_now()
+    held = [s for s in states if s.held]
+    lines = [f"{s.topic}[{s.partition}]: readers held at {s.lso} of {s.high_watermark}"
+             + (f" for {s.held_for_s:g} s" if s.held_for_s is not None else "") for s in held]
+    if aborted:
+        lines.insert(0, f"aborted the open transactions of {', '.join(aborted)}")
+    if not held:
+        lines.append(f"{topic}: no partition holds read_committed readers")
+    else:
+        lines.append(f"Kafka's kafka-transactions.sh describe --transactional-id {sink_id}-<w> "
+                     "shows each id's state; --abort --writers N ends them")
+    return ({"topic": topic, "aborted": aborted,
+             "partitions": [s.as_dict() for s in states]}, lines)
