@@ -162,11 +162,51 @@ def batch_parts(progress: list[dict[str, Any]], began_ns: int, warmup: float,
         ts = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
         if lo <= ts < hi and p.get("numInputRows", 0) > 0:
             chosen.append(p)
-    out: dict[str, Any] = {"batches_per_s": round(len(chosen) / window, 2)}
+    out: dict[str, Any] = {"batches_per_s": round(len(chosen) / window, 2),
+                           "batch_ids": [p["batchId"] for p in chosen]}
     for part in PARTS:
         vals = [p["durationMs"][part] for p in chosen if part in p.get("durationMs", {})]
         out[f"{part}_ms"] = round(statistics.median(vals), 1) if vals else None
     return out
+
+
+class CommitRecords:
+    """The ``eo_kafka`` sink's commit records, read as they are written (the sink keeps only
+    its newest few): where its time goes inside ``addBatch``."""
+
+    def __init__(self, wal: str) -> None:
+        self.dir = os.path.join(wal, "commits")
+        self.infos: dict[int, dict[str, Any]] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._collect, daemon=True)
+        self.thread.start()
+
+    def _collect(self) -> None:
+        while not self.stopped.wait(0.5):
+            for name in os.listdir(self.dir) if os.path.isdir(self.dir) else ():
+                b = int(name.split(".")[0])
+                if b not in self.infos:
+                    try:
+                        with open(os.path.join(self.dir, name)) as f:
+                            self.infos[b] = json.load(f)
+                    except (OSError, ValueError):
+                        pass  # being written or dropped: the next pass
+
+    def parts(self, batch_ids: list[int]) -> dict[str, Any]:
+        """The median of the batch's slowest task, and of the longest wait for its input
+        (the source's read, upstream in the same Spark task), set-up (producer,
+        routing and the mode's step 2: the transactional fence and fact read, or the
+        recovery-key marker), flush and transaction commit among its tasks."""
+        self.stopped.set()
+        self.thread.join()
+        infos = [self.infos[b] for b in batch_ids if b in self.infos]
+        out: dict[str, Any] = {}
+        for key, name in (("slowest_task_s", "task_ms"), ("input_s", "task_input_ms"),
+                          ("setup_s", "task_setup_ms"),
+                          ("flush_s", "task_flush_ms"), ("txn_commit_s", "task_commit_ms")):
+            vals = [i[key] * 1000 for i in infos if key in i]
+            out[name] = round(statistics.median(vals), 1) if vals else None
+        return out
 
 
 def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
@@ -204,6 +244,7 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
                   .option("transactional", str(mode == "txn").lower()))
     query = (writer.option("checkpointLocation", os.path.join(work, "chk"))
              .trigger(processingTime="0 seconds").start())
+    commits = CommitRecords(os.path.join(work, "sink-wal")) if mode in ("txn", "rk") else None
     deadline = time.monotonic() + 240
     while query.lastProgress is None:  # its first (empty) batch has run: started
         if query.exception() is not None or time.monotonic() > deadline:
@@ -222,6 +263,9 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
               **batch_parts(progress, began, warmup, window), "sent": load.sent}
     if query.exception() is not None:
         raise SystemExit(f"{mode} pipeline failed: {query.exception()}")
+    if commits is not None:
+        result.update(commits.parts(result["batch_ids"]))
+    del result["batch_ids"]
     return result
 
 
@@ -362,7 +406,9 @@ def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
     finally:
         progress = [json.loads(p.json) for p in query.recentProgress]
         query.stop()
-    return {**percentiles([]), **batch_parts(progress, began, warmup, window)}
+    parts = batch_parts(progress, began, warmup, window)
+    del parts["batch_ids"]
+    return {**percentiles([]), **parts}
 
 
 def spark_jvm(bootstrap: str, rate: int, warmup: float, window: float) -> dict[str, Any]:
@@ -414,8 +460,9 @@ def spark_jvm(bootstrap: str, rate: int, warmup: float, window: float) -> dict[s
 
 def table(results: dict[str, dict[str, Any]], rates: list[int]) -> str:
     lines = ["| pipeline | records/s | p50 ms | p95 ms | p99 ms | max ms | batches/s | "
-             "addBatch ms | commitOffsets ms | latestOffset ms | p50 / Spark | p99 / Spark |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "addBatch ms | our slowest task ms (input / set-up / flush / txn commit) | "
+             "commitOffsets ms | latestOffset ms | p50 / Spark | p99 / Spark |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for rate in rates:
         base = results.get(f"spark_{rate}", {})
         for name in ("spark", *MODES):
@@ -427,7 +474,7 @@ def table(results: dict[str, dict[str, Any]], rates: list[int]) -> str:
             lines.append(
                 f"| {LABELS[name]} | {rate:,} | {r.get('p50_ms', '-')} | {r.get('p95_ms', '-')} "
                 f"| {r.get('p99_ms', '-')} | {r.get('max_ms', '-')} | {r.get('batches_per_s')} "
-                f"| {r.get('addBatch_ms')} | {r.get('commitOffsets_ms')} "
+                f"| {r.get('addBatch_ms')} | {_task(r)} | {r.get('commitOffsets_ms')} "
                 f"| {r.get('latestOffset_ms')} | {r50} | {r99} |")
     return "\n".join(lines)
 
@@ -439,6 +486,14 @@ LABELS = {"spark": "Spark JVM Kafka -> Kafka (at-least-once)",
           "floor": "Python DataSource -> Python DataSource, both doing nothing (Spark's floor)"}
 #: Our pipelines, in the order they run and are shown.
 MODES = ("txn", "rk", "jdbc", "files", "noop", "floor")
+
+
+def _task(r: dict[str, Any]) -> str:
+    if r.get("task_ms") is None:
+        return "-"
+    commit = r.get("task_commit_ms") or "-"
+    return (f"{r['task_ms']} ({r.get('task_input_ms')} / {r.get('task_setup_ms')} / "
+            f"{r.get('task_flush_ms')} / {commit})")
 
 
 def _ratio(a: Any, b: Any) -> Any:
@@ -464,6 +519,7 @@ def main() -> None:
     try:
         for rate in rates:
             results[f"spark_{rate}"] = spark_jvm(bootstrap, rate, args.warmup, args.window)
+            results[f"spark_{rate}"].pop("batch_ids", None)
             print(f"spark {rate}/s: {results[f'spark_{rate}']}", flush=True)
         spark = bench_spark("bench-latency",
                             **{"spark.sql.streaming.numRecentProgressUpdates": "2000"})
@@ -483,8 +539,9 @@ def main() -> None:
                             "partitions": PARTITIONS,
                             "broker": f"Apache Kafka {getattr(broker, 'version', 'external')}"}
     for key, r in results.items():
-        for k in ("p50_ms", "p99_ms"):
-            flat[f"{key}_{k}"] = r.get(k)
+        for k in ("p50_ms", "p99_ms", "batches_per_s", "task_ms", "task_setup_ms"):
+            if k in r:
+                flat[f"{key}_{k}"] = r.get(k)
         if not key.startswith(("spark", "noop", "floor")):
             rate = key.split("_")[1]
             base = results[f"spark_{rate}"]

@@ -238,6 +238,9 @@ class KafkaSink(BatchSink):
             slowest_task_s=round(max((r.seconds for r in reports), default=0.0), 3),
             scan_s=round(sum(r.scan_seconds for r in reports), 3),
             txn_commit_s=round(max((r.commit_seconds for r in reports), default=0.0), 3),
+            input_s=round(max((r.input_seconds for r in reports), default=0.0), 3),
+            setup_s=round(max((r.setup_seconds for r in reports), default=0.0), 3),
+            flush_s=round(max((r.flush_seconds for r in reports), default=0.0), 3),
             partitions=partitions,
         )
         failpoints.hit(FP_AFTER_COMMIT, batch_id)

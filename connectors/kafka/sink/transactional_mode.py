@@ -30,7 +30,7 @@ from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, route, shape
-from connectors.kafka.sink.writer import KafkaWriter, TaskReport
+from connectors.kafka.sink.writer import KafkaWriter, TaskReport, drain
 
 log = logging.getLogger(__name__)
 
@@ -99,20 +99,24 @@ class TransactionalWriter(KafkaWriter):
         began = time.perf_counter()
         report = self.report
         if not self.admitted():
-            _drain(batches)
+            drain(batches)
             return report
-        first = next((x for x in batches if x.num_rows), None)
-        if first is None:
-            return report
+        # The clients first: they connect while Spark hands over the first rows (the
+        # source's read, upstream in the same task). Nothing is fenced before rows come.
         slot = self.open_producer()
         with self.attempt(slot):
+            first = next((x for x in batches if x.num_rows), None)
+            report.input_seconds = time.perf_counter() - began
+            if first is None:
+                return report
             counts = self.partition_counts([topic])
             # 2T. Fence earlier attempts of (B, w), then read their commit fact.
             self.check_fact(slot)
             if report.already_committed:
-                report.rows = first.num_rows + _drain(batches)  # the task's rows, as below
+                report.rows = first.num_rows + drain(batches)  # the task's rows, as below
                 return report
             # 3T. One transaction: every row, then the commit fact, then commit.
+            report.setup_seconds = time.perf_counter() - began - report.input_seconds
             self.begin(slot)
             start = null_key_start(self.task.batch_id, self.task.writer_id)
             for batch in itertools.chain([first], batches):
@@ -204,8 +208,3 @@ class TransactionalWriter(KafkaWriter):
         if self.facts_lease is not None:
             self.facts_lease.release()
 
-
-def _drain(batches: Iterator[pa.RecordBatch]) -> int:
-    """Read what Spark still hands over (as the whole-task path does before deciding);
-    returns the number of rows."""
-    return sum(batch.num_rows for batch in batches)

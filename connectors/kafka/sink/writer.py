@@ -64,9 +64,17 @@ class TaskReport:
     already_committed: bool = False
     scan_records: int = 0
     scan_seconds: float = 0.0
+    input_seconds: float = 0.0  # waiting for Spark to hand over the task's (first) rows
+    setup_seconds: float = 0.0  # from then to its first record
+    flush_seconds: float = 0.0
     commit_seconds: float = 0.0  # transactional: commit fact + commit_transaction
     seconds: float = 0.0
     partitions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def drain(batches: Iterator[pa.RecordBatch]) -> int:
+    """Read what Spark still hands over; returns the number of rows."""
+    return sum(batch.num_rows for batch in batches)
 
 
 class KafkaWriter:
@@ -83,15 +91,18 @@ class KafkaWriter:
     def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         began = time.perf_counter()
         report = self.report
-        chunks = list(batches)
         if not self.admitted():
+            drain(batches)
             return report
-        table = pa.Table.from_batches(chunks) if chunks else None
-        if table is None or table.num_rows == 0:
-            return report
-        # The producer first: a new client connects while the rows are shaped and routed.
+        # The producer first: a new client connects while Spark hands over the task's rows
+        # (the source's read, upstream in the same task, often takes longer).
         slot = self.open_producer()
         with self.attempt(slot):
+            chunks = list(batches)
+            report.input_seconds = time.perf_counter() - began
+            table = pa.Table.from_batches(chunks) if chunks else None
+            if table is None or table.num_rows == 0:
+                return report
             if self.ordered and not self.options.deterministic_order:
                 table = deterministic_order(table)
             rows = shape(table, self.options.topic, self.sink_id)
@@ -103,6 +114,7 @@ class KafkaWriter:
             if report.already_committed:
                 return report
             # 3. Produce in seq order, flush, fail on any delivery error.
+            report.setup_seconds = time.perf_counter() - began - report.input_seconds
             self.begin(slot)
             todo = np.arange(rows.n) if skip is None else np.nonzero(~skip)[0]
             # Seq order matters only within a target partition (that is what the max-seq
@@ -127,7 +139,9 @@ class KafkaWriter:
 
     def settle(self, slot: ProducerSlot, rows: Rows | None) -> None:
         """3. (end) Flush, fail on any delivery error, and make the records final."""
+        began = time.perf_counter()
         self.flush(slot)
+        self.report.flush_seconds = time.perf_counter() - began
         failpoints.hit(FP_AFTER_FLUSH, self.task.batch_id)
         self.complete(slot, rows, self.report)
 
