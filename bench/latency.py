@@ -183,8 +183,15 @@ class CommitRecords:
 
     def _collect(self) -> None:
         while not self.stopped.wait(0.5):
-            for name in os.listdir(self.dir) if os.path.isdir(self.dir) else ():
-                b = int(name.split(".")[0])
+            try:
+                names = os.listdir(self.dir)
+            except OSError:
+                continue  # not made yet
+            for name in names:
+                stem, _, ext = name.partition(".")
+                if ext != "commit" or not stem.isdigit():
+                    continue  # a record being written under a temporary name
+                b = int(stem)
                 if b not in self.infos:
                     try:
                         with open(os.path.join(self.dir, name)) as f:
@@ -259,6 +266,8 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
         load.close()
         progress = [json.loads(p.json) for p in query.recentProgress]
         query.stop()
+        if hasattr(watch, "drop"):
+            watch.drop()
     result = {**percentiles(load.window(began, warmup, window)),
               **batch_parts(progress, began, warmup, window), "sent": load.sent}
     if query.exception() is not None:
@@ -280,7 +289,8 @@ def _sa_url(dsn: str) -> str:
 def jdbc_watcher(table: str) -> Any:
     """Creates ``table`` (``seq bigserial``, ``sent bigint``); the watcher polls it every
     5 ms for rows past the last ``seq`` seen (one transaction per batch commits them, so
-    ``seq`` order is commit order) and drops the table at the end."""
+    ``seq`` order is commit order). ``watch.drop()`` drops the table once the query has
+    stopped (dropped before, the batch that stop interrupts fails on a missing table)."""
     import psycopg
     from psycopg import sql
 
@@ -293,17 +303,19 @@ def jdbc_watcher(table: str) -> Any:
         query = sql.SQL("SELECT seq, sent FROM {} WHERE seq > %s ORDER BY seq").format(
             sql.Identifier(table))
         with psycopg.connect(_dsn(), autocommit=True) as conn:
-            try:
-                while not load.stop.is_set():
-                    rows = conn.execute(query, (last,)).fetchall()
-                    now = time.time_ns()
-                    for seq, sent in rows:
-                        load.seen(sent, now)
-                        last = seq
-                    time.sleep(0.005)
-            finally:
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+            while not load.stop.is_set():
+                rows = conn.execute(query, (last,)).fetchall()
+                now = time.time_ns()
+                for seq, sent in rows:
+                    load.seen(sent, now)
+                    last = seq
+                time.sleep(0.005)
 
+    def drop() -> None:
+        with psycopg.connect(_dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+    watch.drop = drop  # type: ignore[attr-defined]
     return watch
 
 
