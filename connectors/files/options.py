@@ -125,13 +125,13 @@ class FileSinkOptions(Declared):
         """The output directory exists and is writable, or can be created (driver, I/O)."""
         where = self.storage.url(self.path)
         try:
+            if self.storage.is_file(self.path):
+                raise OptionError(
+                    f"eo_files: option 'path' {where!r} is a file; give a directory "
+                    "(it is created if missing)",
+                    option="path",
+                )
             if self.storage.exists(self.path):
-                if not self.storage.is_dir(self.path):
-                    raise OptionError(
-                        f"eo_files: option 'path' {where!r} is a file; give a directory "
-                        "(it is created if missing)",
-                        option="path",
-                    )
                 if isinstance(self.storage, LocalStorage) and not os.access(
                     self.path, os.W_OK | os.X_OK
                 ):

@@ -76,6 +76,8 @@ def test_reads_lists_and_deletes_behave_as_on_a_filesystem(store):
     assert storage.list(storage.join(root, "missing")) == []
     assert storage.exists(a) and storage.exists(storage.join(root, "d"))
     assert storage.is_dir(storage.join(root, "d")) and not storage.is_dir(a)
+    assert storage.is_file(a) and not storage.is_file(storage.join(root, "d"))
+    assert not storage.is_file(storage.join(root, "nope"))
     assert not storage.exists(storage.join(root, "nope"))
     assert sorted(storage.walk_files(root)) == [a, storage.join(root, "d", "sub", "b.json")]
     with pytest.raises(FileNotFoundError):

@@ -107,6 +107,10 @@ class Storage(ABC):
     @abstractmethod
     def is_dir(self, path: str) -> bool: ...
 
+    def is_file(self, path: str) -> bool:
+        """A file (not a directory) is at ``path``."""
+        return self.exists(path) and not self.is_dir(path)
+
     @abstractmethod
     def size(self, path: str) -> int: ...
 

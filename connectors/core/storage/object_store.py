@@ -365,6 +365,14 @@ class ObjectStoreStorage(Storage):
     def is_dir(self, path: str) -> bool:
         return self._key(path) == "" or self._has_children(path)
 
+    def is_file(self, path: str) -> bool:
+        """An object is at exactly this key and nothing is under it. Decided by the key
+        itself, not by ``exists() and not is_dir()``: those are two listings, and a sink
+        writing and removing an object under the prefix in between (two queries starting
+        on one path) made an empty prefix look like a file."""
+        return self._key(path) != "" and self._head(path) is not None \
+            and not self._has_children(path)
+
     def size(self, path: str) -> int:
         meta = self._head(path)
         if meta is None:

@@ -114,7 +114,7 @@ def require_directory(url: str, family: str, option: str,
     """A state directory option (``walPath``, ``path``) must not name an existing file:
     every later read would fail with a bare ``NotADirectoryError`` deep in a task."""
     storage, path = storage_for(url, options=options, family=family)
-    if storage.exists(path) and not storage.is_dir(path):
+    if storage.is_file(path):
         raise OptionError(
             f"{family}: option '{option}' {storage.url(path)!r} is an existing file; give a "
             "directory (it is created if missing)",
