@@ -6,6 +6,7 @@ unless a test says otherwise). Input data is written with an idempotent producer
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections import Counter
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.core import failpoints
-from connectors.core.errors import FailpointError
+from connectors.core.errors import FailpointError, KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.demo.services.kafka import produce_records
 from connectors.kafka.sink import KafkaSink, partitioner, recovery
@@ -281,3 +282,62 @@ def test_fail_on_unknown_topic_refuses_a_topic_column_and_creates_nothing(
     assert missing not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(
         timeout=10).topics
     assert read_topic(kafka_bootstrap, known) == []
+
+
+def _by_partition(messages: list) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for m in messages:
+        out.setdefault(m.partition(), []).append((m.key(), m.value(), m.headers()))
+    return out
+
+
+def test_keyed_batch_produce_writes_what_record_by_record_writes(kafka_bootstrap, new_topic,
+                                                                  tmp_path):
+    """The recovery-key mode's C produce loop against the Python loop: the same records,
+    partitions, order and recovery-key headers, with null, empty and long keys and values."""
+    from connectors.kafka.sink import batch_produce
+
+    if os.environ.get("CI"):
+        assert batch_produce.keyed_available(), "the _keyed_produce extension was not built"
+    n = 20_000
+    keys = [None if i % 7 == 0 else b"" if i % 11 == 0 else f"k{i % 97}".encode()
+            for i in range(n)]
+    values = [None if i % 13 == 0 else b"" if i % 17 == 0 else f"v{i}".encode() * (i % 5 + 1)
+              for i in range(n)]
+    table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
+    sink_id = f"kb-{uuid.uuid4().hex[:8]}"
+    got = {}
+    for batch_produce_on in (True, False):
+        topic = new_topic(partitions=5)
+        sink = KafkaSink(sink_id, str(tmp_path / f"wal-{batch_produce_on}"),
+                         bootstrap_servers=kafka_bootstrap, topic=topic,
+                         batch_produce=batch_produce_on)
+        report = sink.stage(TaskInfo(3, 2), iter(table.to_batches(max_chunksize=3000)))
+        assert report.produced == n
+        got[batch_produce_on] = _by_partition(read_topic(kafka_bootstrap, topic))
+    assert got[True] == got[False]
+    seqs = [recovery.find_key(h).seq for part in got[True].values() for _, _, h in part]
+    assert sorted(seqs) == list(range(n))
+
+
+def test_a_record_the_broker_refuses_fails_the_keyed_task(kafka_bootstrap, tmp_path):
+    """A delivery failure reported by the broker reaches the sink through the C produce
+    loop's records too: the task fails naming the failed deliveries."""
+    from connectors.demo.services.kafka import create_topic
+
+    topic = f"t-small-{uuid.uuid4().hex[:12]}"
+    create_topic(kafka_bootstrap, topic, 2, config={"max.message.bytes": "2000"})
+    table = pa.table({"value": [b"x" * 100] * 50 + [b"y" * 5000] + [b"x" * 100] * 50})
+    sink = _sink(kafka_bootstrap, tmp_path, topic, flush_timeout=60)
+    with pytest.raises(KafkaSinkError, match=rf"1 records of batch 0 writer 0 failed delivery.*"
+                                             rf"{topic}\[\d\]"):
+        sink.stage(TaskInfo(0, 0), iter(table.to_batches()))
+
+
+def test_a_record_the_client_refuses_fails_the_keyed_task_naming_it(kafka_bootstrap, new_topic,
+                                                                   tmp_path):
+    topic = new_topic(partitions=1)
+    sink = _sink(kafka_bootstrap, tmp_path, topic, kafka_options={"message.max.bytes": "2000"})
+    table = pa.table({"value": [b"x" * 100] * 10 + [b"y" * 5000]})
+    with pytest.raises(KafkaSinkError, match=rf"{topic}\[0\].*too large"):
+        sink.stage(TaskInfo(0, 0), iter(table.to_batches()))

@@ -14,6 +14,11 @@ Used only where nothing is lost by it:
   not called for them; a failed delivery still fails the task, because librdkafka refuses
   ``commit_transaction`` when any record of the transaction failed delivery ("N message(s)
   failed delivery"), and the task then aborts;
+- the recovery-key mode, through :func:`produce_keyed`: a loop in C (the optional
+  extension ``_keyed_produce``, built at install time where a C compiler is) that calls
+  ``rd_kafka_produceva`` with each record's recovery-key header. Every record carries
+  confluent-kafka's own per-message state, so its delivery reports reach the sink's
+  ``on_delivery`` exactly as ``produce()``'s do, and a failed delivery fails the task;
 - when :func:`handle` confirms the client's handle (a CPython build, confluent-kafka's
   ``Handle`` layout, and librdkafka's own opaque pointing back at the client). Otherwise,
   and with option ``batchProduce=false``, the sink produces record by record.
@@ -82,6 +87,35 @@ def _library() -> Any | None:
     except (ImportError, OSError, AttributeError) as e:
         log.debug("%s: batch produce not available: %s", FAMILY, e)
         return None
+
+
+@functools.cache
+def _keyed() -> tuple[Any, tuple[int, int, int]] | None:
+    """The C loop of :func:`produce_keyed` and the librdkafka functions it calls (None: the
+    extension was not built here, or batch produce is not available at all)."""
+    lib = _library()
+    if lib is None:
+        return None
+    try:
+        from connectors.kafka.sink import _keyed_produce  # type: ignore[attr-defined]
+    except ImportError as e:
+        log.debug("%s: keyed batch produce not available: %s", FAMILY, e)
+        return None
+    try:
+        lib.rd_kafka_produceva.restype = ctypes.c_void_p
+        functions = tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in
+                          ("rd_kafka_produceva", "rd_kafka_error_code", "rd_kafka_error_destroy"))
+    except AttributeError as e:  # a librdkafka older than produceva (1.4)
+        log.debug("%s: keyed batch produce not available: %s", FAMILY, e)
+        return None
+    if not all(functions):
+        return None
+    return _keyed_produce, functions  # type: ignore[return-value]
+
+
+def keyed_available() -> bool:
+    """Whether :func:`produce_keyed` can run here."""
+    return _keyed() is not None
 
 
 def handle(producer: Any) -> int | None:
@@ -197,3 +231,60 @@ def _enqueue(lib: Any, rkt: int, chunk: np.ndarray, topic: str,
                 f"error {err})"
             )
         wait()
+
+
+def produce_keyed(
+    producer: Any,
+    on_delivery: Callable[[Any, Any], None],
+    rk: int,
+    topic: str,
+    values: pa.Array,
+    keys: pa.Array | None,
+    partitions: np.ndarray,
+    order: np.ndarray,
+    header: str,
+    prefix: bytes,
+    wait: Callable[[], None],
+) -> int:
+    """:func:`produce` for the recovery-key mode: row i also gets the header ``header`` with
+    the value ``prefix`` + i as 8 big-endian bytes (its seq), and its delivery report goes to
+    ``on_delivery`` like a ``producer.produce(..., on_delivery=...)`` record's. Needs
+    :func:`keyed_available`."""
+    keyed, lib = _keyed(), _library()
+    if keyed is None or lib is None:
+        raise KafkaSinkError(f"{FAMILY}: keyed batch produce is not available (internal)")
+    module, (produceva, error_code, error_destroy) = keyed
+    n = len(order)
+    if n == 0:
+        return 0
+    value_col, key_col = BinaryColumn(values, len(values)), BinaryColumn(keys, len(values))
+    rkt = lib.rd_kafka_topic_new(rk, topic.encode(), None)
+    if not rkt:
+        raise KafkaSinkError(f"{FAMILY}: cannot open topic {topic!r} for batch produce")
+    name = header.encode()
+    try:
+        for first in range(0, n, CHUNK):
+            rows = order[first:first + CHUNK]
+            value_at, value_len = (np.ascontiguousarray(a, np.uint64) for a in value_col.at(rows))
+            key_at, key_len = (np.ascontiguousarray(a, np.uint64) for a in key_col.at(rows))
+            parts = np.ascontiguousarray(partitions[rows], np.int32)
+            seqs = np.ascontiguousarray(rows, np.uint64)
+            done, m = 0, len(rows)
+            while done < m:
+                queued, err = module.produce(
+                    producer, on_delivery, produceva, error_code, error_destroy, rk, rkt,
+                    m - done, value_at.ctypes.data + 8 * done, value_len.ctypes.data + 8 * done,
+                    key_at.ctypes.data + 8 * done, key_len.ctypes.data + 8 * done,
+                    parts.ctypes.data + 4 * done, seqs.ctypes.data + 8 * done, name, prefix)
+                done += queued
+                if done == m:
+                    break
+                if err != _ERR_QUEUE_FULL:
+                    raise KafkaSinkError(
+                        f"{FAMILY}: enqueueing a record for {topic}[{int(parts[done])}] failed: "
+                        f"{lib.rd_kafka_err2str(err).decode(errors='replace')} "
+                        f"(librdkafka error {err})")
+                wait()
+    finally:
+        lib.rd_kafka_topic_destroy(rkt)
+    return n

@@ -192,11 +192,11 @@ class ProducerSlot:
             full["delivery.report.only.error"] = (
                 str(full["delivery.report.only.error"]).strip().lower() in _TRUE
             )
-        full["on_delivery"] = self._on_delivery
+        full["on_delivery"] = self.on_delivery
         full["logger"] = LIBRDKAFKA_LOG
         self.producer = Producer(full)
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
+    def on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 

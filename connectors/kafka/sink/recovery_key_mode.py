@@ -9,6 +9,7 @@ steps every mode shares are :class:`connectors.kafka.sink.writer.KafkaWriter`'s.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, Lease
-from connectors.kafka.sink import producers, recovery
+from connectors.kafka.sink import batch_produce, producers, recovery
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows
@@ -43,6 +44,15 @@ class RecoveryKeyWriter(KafkaWriter):
 
     def header_prefix(self) -> bytes:
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
+
+    def batch_handle(self, producer: Any, rows: Rows) -> int | None:
+        # The C loop sets the recovery-key header itself, and confluent-kafka's delivery
+        # reports reach ProducerSlot.on_delivery as for produce(): flush() still fails the
+        # task on any failed record.
+        if (not self.options.batch_produce or rows.headers is not None
+                or not batch_produce.keyed_available()):
+            return None
+        return batch_produce.handle(producer)
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """A retry routes with the counts its first attempt recorded, so partitions added

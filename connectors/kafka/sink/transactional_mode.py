@@ -125,7 +125,7 @@ class TransactionalWriter(KafkaWriter):
                 rows = shape(pa.Table.from_batches([batch]), topic, self.sink_id)
                 routing = route(rows, counts, self.sink_id, start, first_seq=report.rows)
                 order = np.argsort(routing.target_ids, kind="stable")
-                report.produced += self.produce(slot.producer, rows, routing.parts, order,
+                report.produced += self.produce(slot, rows, routing.parts, order,
                                                 done=report.produced)
                 report.rows += rows.n
                 for t, parts in routing.partition_counts().items():

@@ -121,7 +121,7 @@ class KafkaWriter:
             # rule reads). Producing partition by partition lets librdkafka fill one
             # partition's batches at a time instead of interleaving small ones.
             order = todo[np.argsort(routing.target_ids[todo], kind="stable")]
-            report.produced = self.produce(slot.producer, rows, routing.parts, order)
+            report.produced = self.produce(slot, rows, routing.parts, order)
             report.partitions = routing.partition_counts()
             self.settle(slot, rows)
         return self.finish(began)
@@ -204,13 +204,14 @@ class KafkaWriter:
         """The attempt is over, failed or not."""
 
     # -- shared steps ---------------------------------------------------------------------------
-    def produce(self, producer: Any, rows: Rows, parts: np.ndarray, todo: np.ndarray,
+    def produce(self, slot: ProducerSlot, rows: Rows, parts: np.ndarray, todo: np.ndarray,
                 done: int = 0) -> int:
         """Produce the rows ``todo`` in that order (ascending seq per partition); ``done``
         records of this attempt went before (the ``mid_produce`` failpoint counts them)."""
+        producer: Any = slot.producer
         rk = self.batch_handle(producer, rows)
         if rk is not None:
-            return self.produce_batched(producer, rk, rows, parts, todo, done)
+            return self.produce_batched(slot, rk, rows, parts, todo, done)
         produce = producer.produce
         poll = producer.poll
         pack = recovery.pack_seq
@@ -277,12 +278,17 @@ class KafkaWriter:
                 producer.flush(self.options.flush_timeout)
             failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
 
-    def produce_batched(self, producer: Any, rk: int, rows: Rows, parts: np.ndarray,
+    def produce_batched(self, slot: ProducerSlot, rk: int, rows: Rows, parts: np.ndarray,
                         todo: np.ndarray, done: int) -> int:
-        """``produce`` with ``rd_kafka_produce_batch``, one call per run of one topic (``todo``
-        is grouped by target); the ``mid_produce`` failpoint fires at its exact count, then
-        after each call."""
+        """``produce`` with ``rd_kafka_produce_batch`` (with a recovery-key header:
+        ``batch_produce.produce_keyed``), one call per run of one topic (``todo`` is grouped
+        by target); the ``mid_produce`` failpoint fires at its exact count, then after each
+        call."""
+        if not len(todo):  # a retry that finds every row written
+            return 0
+        producer = slot.producer
         armed = failpoints.wants_count(FP_MID_PRODUCE)
+        prefix = self.header_prefix()
 
         def wait() -> None:  # the queue is full: let librdkafka send some of it
             producer.poll(0.001)
@@ -295,8 +301,13 @@ class KafkaWriter:
             if armed is not None and count < armed < count + len(run):
                 pieces = [run[:armed - count], run[armed - count:]]
             for piece in pieces:
-                count += batch_produce.produce(rk, topic, rows.value_array, rows.keys, parts, piece,
-                                        wait)
+                if prefix is None:
+                    count += batch_produce.produce(rk, topic, rows.value_array, rows.keys,
+                                                   parts, piece, wait)
+                else:
+                    count += batch_produce.produce_keyed(
+                        producer, slot.on_delivery, rk, topic, rows.value_array, rows.keys,
+                        parts, piece, recovery.HEADER, prefix, wait)
                 self.mid_produce(producer, count, armed)
         return count - done
 
