@@ -77,7 +77,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, prime: bool = True
     ``*_fresh_topic_*`` figures time one write per mode into a topic that was not."""
     from confluent_kafka import Producer
 
-    _create_topic(bootstrap, topic, partitions, timeout=120)
+    # Its files go as soon as it is dropped (the default waits a minute): a topic dropped
+    # after one timed write must not be deleted in the middle of the next one.
+    _create_topic(bootstrap, topic, partitions, timeout=120,
+                  config={"file.delete.delay.ms": "0"})
     _await_served(bootstrap, topic, partitions)
     if prime:
         producer = Producer({"bootstrap.servers": bootstrap,
@@ -116,6 +119,12 @@ def drop(bootstrap: str, *topics: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the futures end
     for f in admin.delete_topics(list(topics), operation_timeout=60).values():
         f.result(120)
+    # The broker stops and deletes the partitions after answering; let that finish before
+    # the next timed write (Spark's sink writes its runs before its topics are dropped).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and set(topics) & set(admin.list_topics(timeout=30).topics):
+        time.sleep(0.1)
+    time.sleep(1.0)
 
 
 def raw_produce(
@@ -390,6 +399,9 @@ def main() -> None:
         txn_rates: list[float] = []
         raw: list[float] = []
         raw_hdr: list[float] = []
+        sink_topics = {txn: f"bench-sink-{uuid.uuid4().hex[:8]}" for txn in (True, False)}
+        for topic in sink_topics.values():
+            create_topic(bootstrap, topic, args.partitions)
         for i in range(args.repeat):
             topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, topic, args.partitions)
@@ -403,14 +415,18 @@ def main() -> None:
             drop(bootstrap, topic)
             print(f"raw producer + 30-byte header run {i}: {raw_hdr[-1]:,.0f} rows/s", flush=True)
             for txn, rates in ((True, txn_rates), (False, rk)):
-                topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
-                create_topic(bootstrap, topic, args.partitions)
-                seconds = sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, 0,
+                # Each mode writes one topic with one sink id, run i as batch i, as a
+                # streaming query's batches do. A new topic per run would leave the worker's
+                # cached producer serving the partitions of every dropped one (librdkafka
+                # forgets a deleted topic only at its next metadata refresh, five minutes
+                # later), which no streaming query does.
+                topic = sink_topics[txn]
+                seconds = sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, i,
                                      txn)
                 rates.append(args.rows / seconds)
-                drop(bootstrap, topic)
                 print(f"spark eo_kafka sink ({'transactional' if txn else 'recovery keys'}) "
                       f"run {i}: {rates[-1]:,.0f} rows/s", flush=True)
+        drop(bootstrap, *sink_topics.values())
         # One write per mode into a topic written for the first time (not primed): what a
         # streaming sink's first batch into a new topic costs.
         fresh: dict[str, float] = {}
