@@ -6,6 +6,7 @@ unless a test says otherwise). Input data is written with an idempotent producer
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -227,6 +228,46 @@ def test_task_failure_mid_produce_then_retry_skips_written_rows(
     assert_exact([m.value() for m in out], [f"v{i}".encode() for i in range(3000)])
     seqs = Counter(recovery.find_key(m.headers()).seq for m in out)
     assert set(seqs) == set(range(3000)) and max(seqs.values()) == 1
+
+
+def test_retry_of_an_attempt_that_routed_in_the_old_runs_routes_as_it_did(
+    kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    """A started marker from before the null-key run was recorded (an attempt under runs of
+    1,000 rows, then an upgrade): the retry routes in those runs, so every row it skips is in
+    the partition its first attempt put it, and nothing is lost or doubled."""
+    import connectors.kafka.sink.recovery_key_mode as rk_mode
+
+    topic = new_topic(partitions=4)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    n = 5000
+    rows = pa.table({"value": [f"v{i}".encode() for i in range(n)]})
+    monkeypatch.setattr(rk_mode, "NULL_KEY_RUN", 1000)  # the version before the upgrade
+    monkeypatch.setenv("CONNECTORS_FAILPOINTS", "kafka_sink.mid_produce@4#2500!raise")
+    failpoints.reload()
+    try:
+        with pytest.raises(FailpointError):
+            sink.stage(TaskInfo(4, 1), iter(rows.to_batches()))
+    finally:
+        monkeypatch.undo()
+        failpoints.reload()
+    # Its marker as that version wrote it: no run recorded.
+    state = sink._state()
+    markers = recovery.MarkerStore(state.storage, state.root, state)
+    record = json.loads(markers.get(4, 1).to_json())
+    assert record.pop("null_key_run") == 1000
+    state.storage.write_atomic(markers.path(4, 1), json.dumps(record).encode())
+    assert rk_mode.NULL_KEY_RUN == partitioner.NULL_KEY_RUN == 10_000
+    first = read_topic(kafka_bootstrap, topic)
+    assert len(first) >= 2500 and len({m.partition() for m in first}) >= 2
+    retry = sink.stage(TaskInfo(4, 1, attempt=1), iter(rows.to_batches()))
+    assert retry.retry and retry.skipped == len(first)
+    out = read_topic(kafka_bootstrap, topic)
+    assert_exact([m.value() for m in out], [f"v{i}".encode() for i in range(n)])
+    start = partitioner.null_key_start(4, 1)
+    for m in out:  # every row where runs of 1,000 put it
+        seq = recovery.find_key(m.headers()).seq
+        assert m.partition() == (start + seq // 1000) % 4
 
 
 def test_writes_right_after_the_topic_is_created(kafka_bootstrap, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -83,6 +84,18 @@ def test_sink_id_must_fit_the_length_byte():
         recovery.key_prefix("x" * 256, 0, 0)
     with pytest.raises(KafkaSinkError):
         recovery.key_prefix("", 0, 0)
+
+
+def test_marker_keeps_the_null_key_run_and_older_markers_mean_the_old_run():
+    from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
+
+    marker = recovery.StartedMarker("s", 3, 1, {"b": 4}, {"b": {"0": 1}}, null_key_run=1234)
+    back = recovery.StartedMarker.from_record(json.loads(marker.to_json()))
+    assert back.null_key_run == 1234
+    assert recovery.StartedMarker("s", 3, 1, {}, {}).null_key_run == NULL_KEY_RUN
+    old = json.loads(marker.to_json())
+    del old["null_key_run"]  # written before the run was recorded
+    assert recovery.StartedMarker.from_record(old).null_key_run == LEGACY_NULL_KEY_RUN == 1000
 
 
 def test_marker_round_trip_and_purge(tmp_path):

@@ -70,11 +70,13 @@ KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
         help="per-task Kafka transactions with a commit fact, see "
         "[below](#transactionaltrue)"),
     Opt("batchProduce", "batch_produce", BOOLEAN, True,
-        help="with `transactional=true` and no per-record headers: hand each Arrow batch to "
-        "librdkafka in one `rd_kafka_produce_batch` call instead of one `produce()` call per "
-        "record (see [Cost](#cost)). `false` produces record by record. The sink falls back "
-        "to that by itself where the fast path is not available (not CPython, or a "
-        "confluent-kafka build whose client it cannot confirm)"),
+        help="without a `headers` column: hand the records to librdkafka from Arrow buffers "
+        "instead of one `produce()` call per record: with `transactional=true` an Arrow batch "
+        "per `rd_kafka_produce_batch` call, with recovery keys a C loop over "
+        "`rd_kafka_produceva` that adds each record's header (see [Cost](#cost)). `false` "
+        "produces record by record. The sink falls back to that by itself where the fast "
+        "path is not available (not CPython, a confluent-kafka build whose client it cannot "
+        "confirm, or, for recovery keys, the `_keyed_produce` extension not built)"),
     Opt("recoveryKeyHeaders", "recovery_key_headers", BOOLEAN, False,
         help="with `transactional=true`: also put the `eo-rk` header on every record, for "
         "consumers that want to trace or dedupe records themselves (costs the header's CPU, "

@@ -49,6 +49,7 @@ from connectors.core.sink_state import SinkState
 from connectors.core.storage import Storage
 from connectors.kafka import access
 from connectors.kafka.common import FAMILY
+from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ class StartedMarker:
     partition_counts: dict[str, int]
     watermarks: dict[str, dict[str, int]]
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    #: Null-key rows per partition run the attempt routed with.
+    null_key_run: int = NULL_KEY_RUN
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -164,6 +167,7 @@ class StartedMarker:
                 "partition_counts": self.partition_counts,
                 "watermarks": self.watermarks,
                 "created_ms": self.created_ms,
+                "null_key_run": self.null_key_run,
             },
             sort_keys=True,
         ).encode()
@@ -180,6 +184,7 @@ class StartedMarker:
                 for t, parts in d["watermarks"].items()
             },
             created_ms=int(d.get("created_ms", 0)),
+            null_key_run=int(d.get("null_key_run", LEGACY_NULL_KEY_RUN)),
         )
 
     def start_offsets(self) -> dict[tuple[str, int], int]:

@@ -20,6 +20,7 @@ from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, Lease
 from connectors.kafka.sink import batch_produce, producers, recovery
 from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.partitioner import NULL_KEY_RUN
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows
 from connectors.kafka.sink.writer import KafkaWriter
@@ -54,6 +55,11 @@ class RecoveryKeyWriter(KafkaWriter):
             return None
         return batch_produce.handle(producer)
 
+    def null_key_run(self) -> int:
+        """A retry routes null keys in the runs its first attempt used (markers from before
+        the run was recorded: the run of that time)."""
+        return self.marker.null_key_run if self.marker is not None else NULL_KEY_RUN
+
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """A retry routes with the counts its first attempt recorded, so partitions added
         in between do not move its rows."""
@@ -79,6 +85,7 @@ class RecoveryKeyWriter(KafkaWriter):
                 batch_id=b,
                 writer=w,
                 partition_counts=routing.counts,
+                null_key_run=self.null_key_run(),
                 watermarks=self.watermarks(list(routing.tp_of.values())),
             ))
             failpoints.hit(FP_AFTER_MARKER, b)

@@ -217,12 +217,12 @@ class Routing:
 
 
 def route(rows: Rows, counts: Mapping[str, int], sink_id: str, start: int = 0,
-          first_seq: int = 0) -> Routing:
+          first_seq: int = 0, run: int = partitioner.NULL_KEY_RUN) -> Routing:
     """Route every row with the topics' partition ``counts`` (``partitioner.route``; null
-    keys from ``start``, this table's rows numbered from ``first_seq``)."""
+    keys in runs of ``run`` from ``start``, this table's rows numbered from ``first_seq``)."""
     per_row_count = np.asarray([counts[t] for t in rows.topics], dtype=np.int64)[rows.topic_idx]
     parts = partitioner.route(rows.keys, rows.explicit, rows.seqs + first_seq, per_row_count,
-                              start)
+                              start, run)
     _check_explicit(rows, parts, per_row_count, sink_id)
     base = np.concatenate([[0], np.cumsum([counts[t] for t in rows.topics])]).astype(np.int64)
     target_ids = base[rows.topic_idx] + parts

@@ -40,7 +40,7 @@ from connectors.kafka import access
 from connectors.kafka.common import FAMILY, retrying
 from connectors.kafka.sink import batch_produce, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
-from connectors.kafka.sink.partitioner import null_key_start
+from connectors.kafka.sink.partitioner import NULL_KEY_RUN, null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, deterministic_order, picker, route, shape
 
@@ -107,8 +107,10 @@ class KafkaWriter:
                 table = deterministic_order(table)
             rows = shape(table, self.options.topic, self.sink_id)
             report.rows = rows.n
-            routing = route(rows, self.partition_counts(rows.topics), self.sink_id,
-                            null_key_start(self.task.batch_id, self.task.writer_id))
+            counts = self.partition_counts(rows.topics)
+            routing = route(rows, counts, self.sink_id,
+                            null_key_start(self.task.batch_id, self.task.writer_id),
+                            run=self.null_key_run())
             # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
             skip = self.recover(rows, routing, slot)
             if report.already_committed:
@@ -169,6 +171,10 @@ class KafkaWriter:
     # -- hooks of a delivery mode ------------------------------------------------------------
     #: Whether rows are put in a deterministic order first (the recovery keys' seq needs it).
     ordered = True
+
+    def null_key_run(self) -> int:
+        """Null-key rows per partition run (after :meth:`partition_counts`)."""
+        return NULL_KEY_RUN
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """The partition count of every target topic, which routing depends on."""
