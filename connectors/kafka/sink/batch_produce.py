@@ -97,9 +97,19 @@ def _keyed() -> tuple[Any, tuple[int, int, int]] | None:
     if lib is None:
         return None
     try:
+        import confluent_kafka
+
         from connectors.kafka.sink import _keyed_produce  # type: ignore[attr-defined]
     except ImportError as e:
         log.debug("%s: keyed batch produce not available: %s", FAMILY, e)
+        return None
+    # The C loop allocates confluent-kafka's per-message state itself: a layout read from
+    # its 2.x sources ({Handle *self, PyObject *dr_cb}). Another major version may change
+    # it, so the record-by-record loop runs there until it is checked.
+    version = str(getattr(confluent_kafka, "__version__", ""))
+    if version.split(".", 1)[0] != "2":
+        log.debug("%s: keyed batch produce not checked with confluent-kafka %s", FAMILY,
+                  version)
         return None
     try:
         lib.rd_kafka_produceva.restype = ctypes.c_void_p
