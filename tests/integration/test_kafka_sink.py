@@ -29,6 +29,21 @@ def _sink(bootstrap: str, tmp_path, topic: str | None, **kw) -> KafkaSink:
                      **kw)
 
 
+def _attempt_dies_mid_produce(monkeypatch, sink: KafkaSink, task: TaskInfo, after: int,
+                              rows: pa.Table) -> None:
+    """Run ``task`` until the ``mid_produce`` failpoint raises after ``after`` records (then
+    undo every monkeypatch of the test so far)."""
+    monkeypatch.setenv("CONNECTORS_FAILPOINTS",
+                       f"kafka_sink.mid_produce@{task.batch_id}#{after}!raise")
+    failpoints.reload()
+    try:
+        with pytest.raises(FailpointError):
+            sink.stage(task, iter(rows.to_batches()))
+    finally:
+        monkeypatch.undo()
+        failpoints.reload()
+
+
 def test_stream_writer_copies_a_topic_once_and_routes_like_java(
     spark, kafka_bootstrap, new_topic, tmp_path
 ):
@@ -212,14 +227,7 @@ def test_task_failure_mid_produce_then_retry_skips_written_rows(
     topic = new_topic(partitions=4)
     sink = _sink(kafka_bootstrap, tmp_path, topic)
     rows = pa.table({"value": [f"v{i}".encode() for i in range(3000)]})
-    monkeypatch.setenv("CONNECTORS_FAILPOINTS", "kafka_sink.mid_produce@5#1500!raise")
-    failpoints.reload()
-    try:
-        with pytest.raises(FailpointError):
-            sink.stage(TaskInfo(5, 2), iter(rows.to_batches()))
-    finally:
-        monkeypatch.delenv("CONNECTORS_FAILPOINTS")
-        failpoints.reload()
+    _attempt_dies_mid_produce(monkeypatch, sink, TaskInfo(5, 2), 1500, rows)
     written = read_topic(kafka_bootstrap, topic)
     assert len(written) >= 1500
     retry = sink.stage(TaskInfo(5, 2, attempt=1), iter(rows.to_batches()))
@@ -243,14 +251,7 @@ def test_retry_of_an_attempt_that_routed_in_the_old_runs_routes_as_it_did(
     n = 5000
     rows = pa.table({"value": [f"v{i}".encode() for i in range(n)]})
     monkeypatch.setattr(rk_mode, "NULL_KEY_RUN", 1000)  # the version before the upgrade
-    monkeypatch.setenv("CONNECTORS_FAILPOINTS", "kafka_sink.mid_produce@4#2500!raise")
-    failpoints.reload()
-    try:
-        with pytest.raises(FailpointError):
-            sink.stage(TaskInfo(4, 1), iter(rows.to_batches()))
-    finally:
-        monkeypatch.undo()
-        failpoints.reload()
+    _attempt_dies_mid_produce(monkeypatch, sink, TaskInfo(4, 1), 2500, rows)
     # Its marker as that version wrote it: no run recorded.
     state = sink._state()
     markers = recovery.MarkerStore(state.storage, state.root, state)

@@ -26,11 +26,12 @@ Used only where nothing is lost by it:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -180,6 +181,24 @@ class BinaryColumn:
         return addresses, lengths
 
 
+@contextlib.contextmanager
+def _topic(lib: Any, rk: int, topic: str) -> Iterator[int]:
+    """librdkafka's topic handle for ``topic`` on client ``rk``, for the ``with`` block."""
+    rkt = lib.rd_kafka_topic_new(rk, topic.encode(), None)
+    if not rkt:
+        raise KafkaSinkError(f"{FAMILY}: cannot open topic {topic!r} for batch produce")
+    try:
+        yield rkt
+    finally:
+        lib.rd_kafka_topic_destroy(rkt)
+
+
+def _enqueue_failed(lib: Any, topic: str, partition: int, err: int) -> KafkaSinkError:
+    return KafkaSinkError(
+        f"{FAMILY}: enqueueing a record for {topic}[{partition}] failed: "
+        f"{lib.rd_kafka_err2str(err).decode(errors='replace')} (librdkafka error {err})")
+
+
 def produce(
     rk: int,
     topic: str,
@@ -201,12 +220,9 @@ def produce(
     if n == 0:
         return 0
     value_col, key_col = BinaryColumn(values, len(values)), BinaryColumn(keys, len(values))
-    rkt = lib.rd_kafka_topic_new(rk, topic.encode(), None)
-    if not rkt:
-        raise KafkaSinkError(f"{FAMILY}: cannot open topic {topic!r} for batch produce")
     # One message array of at most CHUNK records, refilled: memory stays flat in the task.
     messages = np.zeros(min(CHUNK, n), dtype=MESSAGE)
-    try:
+    with _topic(lib, rk, topic) as rkt:
         for first in range(0, n, CHUNK):
             rows = order[first:first + CHUNK]
             chunk = messages[:len(rows)]
@@ -214,8 +230,6 @@ def produce(
             chunk["key"], chunk["key_len"] = key_col.at(rows)
             chunk["partition"] = partitions[rows]
             _enqueue(lib, rkt, chunk, topic, wait)
-    finally:
-        lib.rd_kafka_topic_destroy(rkt)
     return n
 
 
@@ -235,11 +249,7 @@ def _enqueue(lib: Any, rkt: int, chunk: np.ndarray, topic: str,
         err = int(errors[first])
         done += first
         if err != _ERR_QUEUE_FULL:
-            raise KafkaSinkError(
-                f"{FAMILY}: enqueueing a record for {topic}[{int(chunk['partition'][done])}] "
-                f"failed: {lib.rd_kafka_err2str(err).decode(errors='replace')} (librdkafka "
-                f"error {err})"
-            )
+            raise _enqueue_failed(lib, topic, int(chunk["partition"][done]), err)
         wait()
 
 
@@ -268,11 +278,8 @@ def produce_keyed(
     if n == 0:
         return 0
     value_col, key_col = BinaryColumn(values, len(values)), BinaryColumn(keys, len(values))
-    rkt = lib.rd_kafka_topic_new(rk, topic.encode(), None)
-    if not rkt:
-        raise KafkaSinkError(f"{FAMILY}: cannot open topic {topic!r} for batch produce")
     name = header.encode()
-    try:
+    with _topic(lib, rk, topic) as rkt:
         for first in range(0, n, CHUNK):
             rows = order[first:first + CHUNK]
             value_at, value_len = (np.ascontiguousarray(a, np.uint64) for a in value_col.at(rows))
@@ -290,11 +297,6 @@ def produce_keyed(
                 if done == m:
                     break
                 if err != _ERR_QUEUE_FULL:
-                    raise KafkaSinkError(
-                        f"{FAMILY}: enqueueing a record for {topic}[{int(parts[done])}] failed: "
-                        f"{lib.rd_kafka_err2str(err).decode(errors='replace')} "
-                        f"(librdkafka error {err})")
+                    raise _enqueue_failed(lib, topic, int(parts[done]), err)
                 wait()
-    finally:
-        lib.rd_kafka_topic_destroy(rkt)
     return n
