@@ -78,3 +78,28 @@ def broker_data_root() -> str | None:
     except OSError:
         return None
     return "/dev/shm" if st.f_bavail * st.f_frsize >= _SHM_NEEDED else None
+
+
+def register_noop(spark: Any) -> None:
+    """``bench_noop``: a Python DataSource writer that only counts the Arrow rows it gets.
+    Its time is the floor any Python writer pays before writing anything: the Spark job
+    and the JVM -> Python Arrow transfer."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class Counted(WriterCommitMessage):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> Counted:
+            return Counted(sum(batch.num_rows for batch in iterator))
+
+    class NoopSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_noop"
+
+        def writer(self, schema: Any, overwrite: bool) -> NoopWriter:
+            return NoopWriter()
+
+    spark.dataSource.register(NoopSource)

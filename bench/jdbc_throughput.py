@@ -49,7 +49,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _common import bench_spark  # noqa: E402
+from _common import bench_spark, register_noop  # noqa: E402
 
 DEFAULT_DSN = "postgresql://eo:eo@127.0.0.1:5432/eo_test"
 
@@ -127,31 +127,6 @@ def run_eo_jdbc(df: Any, dsn: str, table: str, sink_id: str, batch_id: int = 0) 
     (df.write.format("eo_jdbc").mode("append").option("url", sa_url(dsn))
      .option("table", table).option("sink_id", sink_id).option("batchId", batch_id).save())
     return time.perf_counter() - started
-
-
-def register_noop(spark: Any) -> None:
-    """``bench_noop``: a Python DataSource writer that only counts the Arrow rows it gets.
-    Its time is the floor any Python writer pays before writing anything: the Spark job
-    and the JVM -> Python Arrow transfer."""
-    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-
-    class Counted(WriterCommitMessage):
-        def __init__(self, rows: int) -> None:
-            self.rows = rows
-
-    class NoopWriter(DataSourceArrowWriter):
-        def write(self, iterator: Any) -> Counted:
-            return Counted(sum(batch.num_rows for batch in iterator))
-
-    class NoopSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "bench_noop"
-
-        def writer(self, schema: Any, overwrite: bool) -> NoopWriter:
-            return NoopWriter()
-
-    spark.dataSource.register(NoopSource)
 
 
 def run_noop(df: Any) -> float:

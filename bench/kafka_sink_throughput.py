@@ -8,23 +8,28 @@ Against the same Apache Kafka broker, in the same run:
 
 - ours, both modes: Spark (``local[2]``) writing a cached DataFrame of ``--rows`` records
   of ``--value-bytes`` bytes (null keys) with ``df.write.format("eo_kafka")`` into a topic
-  of ``--partitions`` partitions (after one untimed full-size warm-up write per mode).
+  of ``--partitions`` partitions (after ``--warmup`` untimed full-size writes per mode).
   ``transactional=true`` (``txn_*``): one transaction per task, no header, no sort, a commit
   fact, Arrow batches handed to librdkafka's ``rd_kafka_produce_batch`` (batch produce); the
   recovery-key mode (``rk_*``): the deterministic sort, routing, recovery-key headers, the
   started marker. Both include the Arrow hand-over, flush and the driver commit;
 - Spark's own JVM Kafka sink (at-least-once), ``df.write.format("kafka")`` of the same
   DataFrame with the same Spark settings, in the virtualenv of the pyspark whose connector
-  Maven Central serves (tests/services/spark_jvm.py; both versions are printed), warm-up
-  write first (``*_ratio_spark_kafka_sink``);
+  Maven Central serves (tests/services/spark_jvm.py; both versions are printed),
+  ``--warmup`` untimed writes first (``*_ratio_spark_kafka_sink``);
 - baseline: one Python process with a confluent-kafka ``Producer`` with the *same producer
   settings* (``enable.idempotence=true``, ``acks=all``, failed-delivery callbacks only),
   calling ``produce(topic, value)`` for pre-built values in a loop and ``flush()``
   (``ratio_raw_producer``). An extra figure, ``ratio_raw_producer_with_header``, repeats the
-  loop with a 30-byte header per record, the size of the recovery key.
+  loop with a 30-byte header per record, the size of the recovery key;
+- the floor under any Python DataSource sink: ``bench_noop``, a Python writer that only
+  counts the Arrow rows it gets (the Spark job and the JVM -> Python Arrow hand-over),
+  ``python_writer_floor_rows_per_s``; ``floor_ratio_spark_kafka_sink`` is the highest
+  ratio any Python sink could reach against Spark's sink in that run.
 
 Each side runs ``--repeat`` times and the best run counts (the machine may be shared). The
-broker is warmed first with two untimed raw loops of ``--rows`` records. Every timed topic,
+broker is warmed first with two untimed raw loops of ``--rows`` records and 50 untimed
+transactions (``warm_transactions``). Every timed topic,
 for every writer, has been written before (one committed transaction with a record per
 partition; see ``create_topic``): a streaming sink's steady state. ``txn_fresh_topic_*`` and
 ``rk_fresh_topic_*`` time one write of ours into a topic never written, a first batch.
@@ -58,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import bench_broker, bench_spark  # noqa: E402
+from _common import bench_broker, bench_spark, register_noop  # noqa: E402
 
 from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
 
@@ -125,6 +130,31 @@ def drop(bootstrap: str, *topics: str) -> None:
     while time.monotonic() < deadline and set(topics) & set(admin.list_topics(timeout=30).topics):
         time.sleep(0.1)
     time.sleep(1.0)
+
+
+def warm_transactions(bootstrap: str, topic: str, partitions: int, rounds: int = 50,
+                      rows: int = 50_000, value_bytes: int = 100) -> None:
+    """Untimed transactions into ``topic``, each in runs of 100 records over up to 500
+    partitions: the broker's transactional path (adding partitions to a transaction, commit
+    markers, the coordinator's log) warmed like its produce path. Spark's sink does not use
+    it; ours does, and at 1,000 partitions a cold one cost the first dozen transactional
+    writes up to twice the broker CPU (0.8-1.0 s against 0.3-0.4 s per 1M rows)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": f"bench-warm-txn-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(60)
+    value = b"w" * value_bytes
+    for r in range(rounds):
+        producer.begin_transaction()
+        for i in range(rows):
+            while True:
+                try:
+                    producer.produce(topic, value, None, (r * 7_919 + i // 100) % partitions)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.commit_transaction(120)
 
 
 def raw_produce(
@@ -256,18 +286,22 @@ def sink_write(df: Any, bootstrap: str, topic: str, wal: str, sink_id: str, batc
 
 
 def spark_jvm_sink(bootstrap: str, rows: int, value_bytes: int, partitions: int,
-                   repeat: int) -> tuple[list[float], str]:
-    """Rows/s of Spark's own Kafka sink (after a warm-up write), and its Spark version."""
+                   repeat: int, warmup: int) -> tuple[list[float], str]:
+    """Rows/s of Spark's own Kafka sink (after ``warmup`` untimed writes), and its Spark
+    version."""
     from tests.services.spark_jvm import jvm_spark, run_job
 
     jvm = jvm_spark()
-    topics = [f"bench-jvm-{uuid.uuid4().hex[:8]}" for _ in range(repeat + 1)]
-    for t in topics:
-        create_topic(bootstrap, t, partitions)
-    result = run_job(jvm, {"action": "bench_write", "bootstrap": bootstrap, "topics": topics,
-                           "rows": rows, "value_bytes": value_bytes,
+    # Every write into one topic, as ours write one topic per mode (and as a streaming
+    # query's batches do). A topic per write left up to ten 1,000-partition topics on the
+    # one broker, and Spark's runs got slower one after the other (1.02M -> 616k rows/s).
+    topic = f"bench-jvm-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions)
+    result = run_job(jvm, {"action": "bench_write", "bootstrap": bootstrap,
+                           "topics": [topic] * (repeat + warmup), "rows": rows,
+                           "value_bytes": value_bytes, "warmup": warmup,
                            "driver_memory": "2g"}, timeout=1800)
-    drop(bootstrap, *topics)
+    drop(bootstrap, topic)
     return list(result["rows_per_s"]), f"{jvm.describe()}"
 
 
@@ -360,7 +394,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed full-size writes per writer (ours: per mode) before its runs")
     ap.add_argument("--scan-rows", type=int, default=200_000)
     args = ap.parse_args()
 
@@ -374,11 +410,16 @@ def main() -> None:
             create_topic(bootstrap, warm, args.partitions)
             raw_produce(bootstrap, warm, args.rows, args.value_bytes)
             drop(bootstrap, warm)
+        warm = f"bench-broker-warm-txn-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, warm, args.partitions)
+        warm_transactions(bootstrap, warm, args.partitions)
+        drop(bootstrap, warm)
         jvm_rates, jvm_desc = spark_jvm_sink(bootstrap, args.rows, args.value_bytes,
-                                             args.partitions, args.repeat)
+                                             args.partitions, args.repeat, args.warmup)
         for i, r in enumerate(jvm_rates):
             print(f"spark JVM kafka sink run {i}: {r:,.0f} rows/s ({jvm_desc})", flush=True)
         spark = bench_spark("bench-kafka-sink")
+        register_noop(spark)
         print(f"ours: pyspark {spark.version}; broker Apache Kafka {version}", flush=True)
         df = spark.range(0, args.rows, numPartitions=2).selectExpr(
             f"cast(rpad(cast(id as string), {args.value_bytes}, 'x') as binary) as value"
@@ -386,22 +427,38 @@ def main() -> None:
         if df.count() != args.rows:
             raise SystemExit("DataFrame size mismatch")
         wal = tempfile.mkdtemp(prefix="eo-bench-sink-")
-        for txn in (False, True):
-            # Warm-up, not timed: one full-size write per mode, so the JVM's JIT has
-            # compiled the Arrow export and the Python workers hold their imports (the raw
-            # loop's producer is warmed up the same way).
-            warm = f"bench-warm-{uuid.uuid4().hex[:8]}"
-            create_topic(bootstrap, warm, args.partitions)
-            sink_write(df, bootstrap, warm, os.path.join(wal, warm), warm, 0, txn)
-            drop(bootstrap, warm)
-
         rk: list[float] = []
         txn_rates: list[float] = []
         raw: list[float] = []
         raw_hdr: list[float] = []
+        # Each mode writes one topic with one sink id, write k as batch k, as a streaming
+        # query's batches do. A new topic per run would leave the worker's cached producer
+        # serving the partitions of every dropped one (librdkafka forgets a deleted topic
+        # only at its next metadata refresh, five minutes later), which no streaming query
+        # does.
         sink_topics = {txn: f"bench-sink-{uuid.uuid4().hex[:8]}" for txn in (True, False)}
         for topic in sink_topics.values():
             create_topic(bootstrap, topic, args.partitions)
+
+        def write(txn: bool, batch: int) -> float:
+            topic = sink_topics[txn]
+            return sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, batch, txn)
+
+        def floor() -> float:
+            started = time.perf_counter()
+            df.write.format("bench_noop").mode("append").save()
+            return time.perf_counter() - started
+
+        floor_rates: list[float] = []
+        for _ in range(args.warmup):
+            floor()
+        for txn in (False, True):
+            # Warm-up, not timed: the first --warmup batches of each mode (as many as Spark's
+            # sink gets), so the JVMs' JIT has compiled the Arrow export and the broker's
+            # paths, and the Python workers hold their imports (the raw loop's producer is
+            # warmed up the same way).
+            for k in range(args.warmup):
+                write(txn, k)
         for i in range(args.repeat):
             topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, topic, args.partitions)
@@ -415,17 +472,13 @@ def main() -> None:
             drop(bootstrap, topic)
             print(f"raw producer + 30-byte header run {i}: {raw_hdr[-1]:,.0f} rows/s", flush=True)
             for txn, rates in ((True, txn_rates), (False, rk)):
-                # Each mode writes one topic with one sink id, run i as batch i, as a
-                # streaming query's batches do. A new topic per run would leave the worker's
-                # cached producer serving the partitions of every dropped one (librdkafka
-                # forgets a deleted topic only at its next metadata refresh, five minutes
-                # later), which no streaming query does.
-                topic = sink_topics[txn]
-                seconds = sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, i,
-                                     txn)
+                seconds = write(txn, args.warmup + i)
                 rates.append(args.rows / seconds)
                 print(f"spark eo_kafka sink ({'transactional' if txn else 'recovery keys'}) "
                       f"run {i}: {rates[-1]:,.0f} rows/s", flush=True)
+            floor_rates.append(args.rows / floor())
+            print(f"Python DataSource writer that writes nothing run {i}: "
+                  f"{floor_rates[-1]:,.0f} rows/s", flush=True)
         drop(bootstrap, *sink_topics.values())
         # One write per mode into a topic written for the first time (not primed): what a
         # streaming sink's first batch into a new topic costs.
@@ -460,9 +513,12 @@ def main() -> None:
             "rk_ratio_spark_kafka_sink": round(best_rk / best_jvm, 3),
             "rk_ratio_raw_producer": round(best_rk / best_raw, 3),
             "raw_producer_with_header_rows_per_s": round(max(raw_hdr)),
+            "python_writer_floor_rows_per_s": round(max(floor_rates)),
+            "floor_ratio_spark_kafka_sink": round(max(floor_rates) / best_jvm, 3),
             "txn_fresh_topic_rows_per_s": round(fresh["txn"]),
             "rk_fresh_topic_rows_per_s": round(fresh["rk"]),
             "lowest_runs": {"txn": round(min(txn_rates)), "rk": round(min(rk)),
+                            "python_writer_floor": round(min(floor_rates)),
                             "spark_kafka_sink": round(min(jvm_rates)), "raw": round(min(raw))},
             "value_bytes": args.value_bytes,
             "partitions": args.partitions,

@@ -12,8 +12,9 @@ argument names a JSON spec file:
   ``df.write.format("kafka")`` of those rows; result ``written``;
 - ``{"action": "bench_write", "bootstrap", "topics": [...], "rows", "value_bytes"}``: the
   Kafka sink benchmark's baseline (bench/kafka_sink_throughput.py). A cached DataFrame of
-  ``rows`` values shaped like the benchmark's, written once untimed to ``topics[0]`` (the
-  warm-up), then once to each further topic; result ``rows_per_s`` per timed write.
+  ``rows`` values shaped like the benchmark's, written once per entry of ``topics`` (a
+  topic may repeat), the first ``warmup`` writes (default 1) untimed; result ``rows_per_s``
+  per timed write.
 - ``{"action": "bench_read", "bootstrap", "topic", "rows", "repeat"}``: the source benchmark's
   JVM baseline (bench/source_throughput.py): one full-size warm-up, then ``repeat`` timed
   ``spark.read.format("kafka")`` reads of the whole topic into the ``noop`` sink; result
@@ -90,11 +91,12 @@ def bench_write(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     if df.count() != rows:
         raise SystemExit("DataFrame size mismatch")
     rates = []
+    warmup = int(spec.get("warmup", 1))
     for i, topic in enumerate(spec["topics"]):
         started = time.perf_counter()
         (df.write.format("kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
          .option("topic", topic).mode("append").save())
-        if i:  # the first write is the warm-up
+        if i >= warmup:
             rates.append(rows / (time.perf_counter() - started))
     return {"rows_per_s": rates}
 
