@@ -24,7 +24,10 @@ in this process takes latency = receive time - send time. Only records *sent* af
   batch durations only);
 - ``floor``: a Python DataSource source that emits one row per batch -> a Python
   DataSource sink that does nothing, neither touching Kafka: what Spark itself spends per
-  micro-batch on a Python DataSource pipeline (batch durations only).
+  micro-batch on a Python DataSource pipeline (batch durations only);
+- ``srcfloor``: ``eo_kafka`` source -> the floor's sink, and ``sinkfloor``: the floor's
+  source -> ``eo_kafka`` sink (``transactional=true``): each side's share above the floor
+  (batch durations only).
 
 Reported per pipeline and rate: ``p50``/``p95``/``p99``/``max`` ms, batches per second, and
 the median of each part of Spark's ``durationMs`` (``latestOffset``, ``queryPlanning``,
@@ -220,6 +223,8 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
          window: float) -> dict[str, Any]:
     if mode == "floor":
         return floor(spark, warmup, window)
+    if mode == "sinkfloor":
+        return sink_floor(spark, bootstrap, warmup, window)
     source = f"lat-in-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, source, PARTITIONS)
     sink = f"lat-out-{uuid.uuid4().hex[:8]}" if mode in ("txn", "rk") else None
@@ -232,6 +237,9 @@ def ours(spark: Any, bootstrap: str, mode: str, rate: int, warmup: float,
     watch = None
     if mode == "noop":
         writer = df.writeStream.format("noop")
+    elif mode == "srcfloor":
+        register_floor(spark)
+        writer = df.writeStream.format("bench_floor")
     elif mode == "jdbc":
         table = f"lat_{uuid.uuid4().hex[:8]}"
         watch = jdbc_watcher(table)
@@ -345,9 +353,9 @@ def files_watcher(path: str) -> Any:
     return watch
 
 
-def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
-    """The ``floor`` pipeline: Spark's own per-batch cost for a Python DataSource source and
-    sink that do nothing (batch durations over the same window; no latency)."""
+def register_floor(spark: Any) -> None:
+    """``bench_floor``: a Python DataSource source that emits one row per batch and a
+    Python DataSource sink that does nothing (neither touches Kafka)."""
     from pyspark.sql.datasource import (
         DataSource,
         DataSourceStreamReader,
@@ -403,6 +411,12 @@ def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
             return FloorWriter()
 
     spark.dataSource.register(FloorSource)
+
+
+def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
+    """The ``floor`` pipeline: Spark's own per-batch cost for a Python DataSource source and
+    sink that do nothing (batch durations over the same window; no latency)."""
+    register_floor(spark)
     work = tempfile.mkdtemp(prefix="eo-latency-floor-")
     query = (spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
              .option("checkpointLocation", os.path.join(work, "chk"))
@@ -420,6 +434,38 @@ def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
         query.stop()
     parts = batch_parts(progress, began, warmup, window)
     del parts["batch_ids"]
+    return {**percentiles([]), **parts}
+
+
+def sink_floor(spark: Any, bootstrap: str, warmup: float, window: float) -> dict[str, Any]:
+    """The ``sinkfloor`` pipeline: the floor's source (one row per batch) into ``eo_kafka``,
+    ``transactional=true``: our sink's share of a batch, with no Kafka source in it (batch
+    durations only)."""
+    register_floor(spark)
+    sink = f"lat-out-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, sink, PARTITIONS)
+    work = tempfile.mkdtemp(prefix="eo-latency-sinkfloor-")
+    query = (spark.readStream.format("bench_floor").load()
+             .selectExpr("cast(cast(sent as string) as binary) as value")
+             .writeStream.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", sink).option("sink_id", f"lat-sf-{uuid.uuid4().hex[:6]}")
+             .option("walPath", os.path.join(work, "sink-wal")).option("transactional", "true")
+             .option("checkpointLocation", os.path.join(work, "chk"))
+             .trigger(processingTime="0 seconds").start())
+    commits = CommitRecords(os.path.join(work, "sink-wal"))
+    deadline = time.monotonic() + 240
+    while query.lastProgress is None:
+        if query.exception() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"sinkfloor pipeline did not start: {query.exception()}")
+        time.sleep(0.2)
+    began = time.time_ns()
+    try:
+        time.sleep(warmup + window + 1)
+    finally:
+        progress = [json.loads(p.json) for p in query.recentProgress]
+        query.stop()
+    parts = batch_parts(progress, began, warmup, window)
+    parts.update(commits.parts(parts.pop("batch_ids")))
     return {**percentiles([]), **parts}
 
 
@@ -495,9 +541,12 @@ LABELS = {"spark": "Spark JVM Kafka -> Kafka (at-least-once)",
           "txn": "eo_kafka -> eo_kafka transactional", "rk": "eo_kafka -> eo_kafka recovery keys",
           "jdbc": "eo_kafka -> eo_jdbc (PostgreSQL)", "files": "eo_kafka -> eo_files (parquet)",
           "noop": "eo_kafka -> noop (source alone)",
-          "floor": "Python DataSource -> Python DataSource, both doing nothing (Spark's floor)"}
+          "floor": "Python DataSource -> Python DataSource, both doing nothing (Spark's floor)",
+          "srcfloor": "eo_kafka -> Python sink doing nothing (our source's share)",
+          "sinkfloor": "Python source, one row per batch -> eo_kafka transactional (our "
+                       "sink's share)"}
 #: Our pipelines, in the order they run and are shown.
-MODES = ("txn", "rk", "jdbc", "files", "noop", "floor")
+MODES = ("txn", "rk", "jdbc", "files", "noop", "floor", "srcfloor", "sinkfloor")
 
 
 def _task(r: dict[str, Any]) -> str:
@@ -537,7 +586,7 @@ def main() -> None:
                             **{"spark.sql.streaming.numRecentProgressUpdates": "2000"})
         for rate in rates:
             for mode in args.modes.split(","):
-                if mode == "floor" and rate != rates[0]:
+                if mode in ("floor", "sinkfloor") and rate != rates[0]:
                     continue  # no input: the same pipeline at every rate
                 results[f"{mode}_{rate}"] = ours(spark, bootstrap, mode, rate, args.warmup,
                                                  args.window)
@@ -554,7 +603,7 @@ def main() -> None:
         for k in ("p50_ms", "p99_ms", "batches_per_s", "task_ms", "task_setup_ms"):
             if k in r:
                 flat[f"{key}_{k}"] = r.get(k)
-        if not key.startswith(("spark", "noop", "floor")):
+        if not key.startswith(("spark", "noop", "floor", "srcfloor", "sinkfloor")):
             rate = key.split("_")[1]
             base = results[f"spark_{rate}"]
             flat[f"{key}_ratio_p50_spark_kafka"] = _ratio(r.get("p50_ms"), base.get("p50_ms"))
