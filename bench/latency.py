@@ -413,6 +413,24 @@ def register_floor(spark: Any) -> None:
     spark.dataSource.register(FloorSource)
 
 
+def _run_unloaded(query: Any, name: str, warmup: float,
+                  window: float) -> tuple[list[dict[str, Any]], int]:
+    """Waits for ``query``'s first batch, lets it run ``warmup + window`` seconds with no
+    input load, stops it; returns its progress reports and when the timing began (ns)."""
+    deadline = time.monotonic() + 240
+    while query.lastProgress is None:
+        if query.exception() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{name} pipeline did not start: {query.exception()}")
+        time.sleep(0.2)
+    began = time.time_ns()
+    try:
+        time.sleep(warmup + window + 1)
+    finally:
+        progress = [json.loads(p.json) for p in query.recentProgress]
+        query.stop()
+    return progress, began
+
+
 def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
     """The ``floor`` pipeline: Spark's own per-batch cost for a Python DataSource source and
     sink that do nothing (batch durations over the same window; no latency)."""
@@ -421,17 +439,7 @@ def floor(spark: Any, warmup: float, window: float) -> dict[str, Any]:
     query = (spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
              .option("checkpointLocation", os.path.join(work, "chk"))
              .trigger(processingTime="0 seconds").start())
-    deadline = time.monotonic() + 240
-    while query.lastProgress is None:
-        if query.exception() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"floor pipeline did not start: {query.exception()}")
-        time.sleep(0.2)
-    began = time.time_ns()
-    try:
-        time.sleep(warmup + window + 1)
-    finally:
-        progress = [json.loads(p.json) for p in query.recentProgress]
-        query.stop()
+    progress, began = _run_unloaded(query, "floor", warmup, window)
     parts = batch_parts(progress, began, warmup, window)
     del parts["batch_ids"]
     return {**percentiles([]), **parts}
@@ -453,17 +461,7 @@ def sink_floor(spark: Any, bootstrap: str, warmup: float, window: float) -> dict
              .option("checkpointLocation", os.path.join(work, "chk"))
              .trigger(processingTime="0 seconds").start())
     commits = CommitRecords(os.path.join(work, "sink-wal"))
-    deadline = time.monotonic() + 240
-    while query.lastProgress is None:
-        if query.exception() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"sinkfloor pipeline did not start: {query.exception()}")
-        time.sleep(0.2)
-    began = time.time_ns()
-    try:
-        time.sleep(warmup + window + 1)
-    finally:
-        progress = [json.loads(p.json) for p in query.recentProgress]
-        query.stop()
+    progress, began = _run_unloaded(query, "sinkfloor", warmup, window)
     parts = batch_parts(progress, began, warmup, window)
     parts.update(commits.parts(parts.pop("batch_ids")))
     return {**percentiles([]), **parts}
