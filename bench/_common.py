@@ -103,3 +103,12 @@ def register_noop(spark: Any) -> None:
             return NoopWriter()
 
     spark.dataSource.register(NoopSource)
+
+
+def run_noop(df: Any) -> float:
+    """Seconds of one ``df.write`` into ``bench_noop`` (:func:`register_noop`)."""
+    import time
+
+    started = time.perf_counter()
+    df.write.format("bench_noop").mode("append").save()
+    return time.perf_counter() - started

@@ -49,7 +49,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _common import bench_spark, register_noop  # noqa: E402
+from _common import bench_spark, register_noop, run_noop  # noqa: E402
 
 DEFAULT_DSN = "postgresql://eo:eo@127.0.0.1:5432/eo_test"
 
@@ -126,12 +126,6 @@ def run_eo_jdbc(df: Any, dsn: str, table: str, sink_id: str, batch_id: int = 0) 
     started = time.perf_counter()
     (df.write.format("eo_jdbc").mode("append").option("url", sa_url(dsn))
      .option("table", table).option("sink_id", sink_id).option("batchId", batch_id).save())
-    return time.perf_counter() - started
-
-
-def run_noop(df: Any) -> float:
-    started = time.perf_counter()
-    df.write.format("bench_noop").mode("append").save()
     return time.perf_counter() - started
 
 

@@ -63,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import bench_broker, bench_spark, register_noop  # noqa: E402
+from _common import bench_broker, bench_spark, register_noop, run_noop  # noqa: E402
 
 from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
 
@@ -444,14 +444,9 @@ def main() -> None:
             topic = sink_topics[txn]
             return sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, batch, txn)
 
-        def floor() -> float:
-            started = time.perf_counter()
-            df.write.format("bench_noop").mode("append").save()
-            return time.perf_counter() - started
-
         floor_rates: list[float] = []
         for _ in range(args.warmup):
-            floor()
+            run_noop(df)
         for txn in (False, True):
             # Warm-up, not timed: the first --warmup batches of each mode (as many as Spark's
             # sink gets), so the JVMs' JIT has compiled the Arrow export and the broker's
@@ -476,7 +471,7 @@ def main() -> None:
                 rates.append(args.rows / seconds)
                 print(f"spark eo_kafka sink ({'transactional' if txn else 'recovery keys'}) "
                       f"run {i}: {rates[-1]:,.0f} rows/s", flush=True)
-            floor_rates.append(args.rows / floor())
+            floor_rates.append(args.rows / run_noop(df))
             print(f"Python DataSource writer that writes nothing run {i}: "
                   f"{floor_rates[-1]:,.0f} rows/s", flush=True)
         drop(bootstrap, *sink_topics.values())
