@@ -24,6 +24,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
+from connectors.core.threads import Background
 from connectors.kafka.common import FAMILY, Lease
 from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery
 from connectors.kafka.sink.options import KafkaSinkOptions
@@ -56,6 +57,7 @@ class TransactionalWriter(KafkaWriter):
         self.facts: commit_facts.FactWriter | None = None
         self.facts_lease: Lease[commit_facts.FactWriter] | None = None
         self.in_txn = False
+        self.fact: commit_facts.CommitFact | None = None
 
     def header_prefix(self) -> bytes | None:
         if not self.options.recovery_key_headers:
@@ -70,8 +72,8 @@ class TransactionalWriter(KafkaWriter):
         return batch_produce.handle(producer)
 
     def open_producer(self) -> ProducerSlot:
-        # Both clients are created here and connect in the background while the rows are
-        # shaped; recover() then fences and reads.
+        # Both clients are created here and connect in the background while the rows come;
+        # fence() then fences and reads.
         self.facts_lease = commit_facts.fact_writer(
             self.options.producer_conf, self.sink_id, self.task.writer_id,
             self.options.facts_topic, self.options.connect_timeout)
@@ -101,17 +103,22 @@ class TransactionalWriter(KafkaWriter):
         if not self.admitted():
             drain(batches)
             return report
-        # The clients first: they connect while Spark hands over the first rows (the
-        # source's read, upstream in the same task). Nothing is fenced before rows come.
         slot = self.open_producer()
         with self.attempt(slot):
-            first = next((x for x in batches if x.num_rows), None)
-            report.input_seconds = time.perf_counter() - began
+            # 2T. runs on a thread of its own while Spark hands over the first rows (the
+            # source's read, upstream in the same task): the fence and the fact read are
+            # done when they come. The marker (2E) still waits for a row.
+            fence = Background(lambda: self.fence(slot), name="eo-kafka-sink-fence")
+            try:
+                first = next((x for x in batches if x.num_rows), None)
+            finally:
+                report.input_seconds = time.perf_counter() - began
+                fence.join()
+            fence.result()
             if first is None:
                 return report
             counts = self.partition_counts([topic])
-            # 2T. Fence earlier attempts of (B, w), then read their commit fact.
-            self.check_fact(slot)
+            self.settle_fact()
             if report.already_committed:
                 report.rows = first.num_rows + drain(batches)  # the task's rows, as below
                 return report
@@ -136,23 +143,30 @@ class TransactionalWriter(KafkaWriter):
         return self.finish(began)
 
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
-        # 2T. (the whole-task path) Fence, then read the commit fact.
-        self.check_fact(slot)
+        # 2T. (the whole-task path) Fence, then read the commit fact; 2E.
+        self.fence(slot)
+        self.settle_fact()
         return None
 
-    def check_fact(self, slot: ProducerSlot) -> None:
-        """Fence, then read the fact of an earlier attempt (sets ``already_committed``);
-        with no fact, the started marker guards against a fact Kafka expired."""
-        b = self.task.batch_id
+    def fence(self, slot: ProducerSlot) -> None:
+        """2T. Fence earlier attempts of (B, w), then read their commit fact
+        (``self.fact``)."""
         began = time.perf_counter()
         # Fence first: init_transactions completes or aborts an earlier attempt's open
         # transaction, so the fact read below sees its outcome.
         producers.init_transactions(slot, self.options.flush_timeout)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
-        fact = self.facts.read(self.options.facts_topic, b,
-                               commit_facts.scope_of(self.options.wal_path),
-                               self.options.metadata_retry_timeout)
+        self.fact = self.facts.read(self.options.facts_topic, self.task.batch_id,
+                                    commit_facts.scope_of(self.options.wal_path),
+                                    self.options.metadata_retry_timeout)
+        self.report.scan_seconds = time.perf_counter() - began
+
+    def settle_fact(self) -> None:
+        """After :meth:`fence`, once the task has rows: sets ``already_committed`` from the
+        fact; with no fact, the started marker guards against a fact Kafka expired (2E)."""
+        b = self.task.batch_id
+        fact = self.fact
         report = self.report
         report.retry = self.task.attempt > 0 or fact is not None
         # 2E. No fact: create the task's started marker first, or, when an earlier attempt
@@ -161,7 +175,6 @@ class TransactionalWriter(KafkaWriter):
                 self.state, self.options.producer_conf, self.sink_id, b, self.task.writer_id,
                 self.options.expired_fact_policy, self.options.metadata_retry_timeout):
             fact = commit_facts.CommitFact(b, 0)  # expiredFactPolicy=skip
-        report.scan_seconds = time.perf_counter() - began
         if fact is not None:
             # An earlier attempt of (B, w) committed its transaction: its rows are there.
             report.already_committed = True
