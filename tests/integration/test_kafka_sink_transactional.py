@@ -246,3 +246,47 @@ def test_batch_produce_waits_out_a_full_queue_and_loses_nothing(
     assert report.produced == n
     assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)],
                  [f"v{i}".encode() for i in range(n)])
+
+
+def _failing_upstream(error: Exception):
+    """Spark's hand-over of a task whose source read fails before any row."""
+    raise error
+    yield  # unreachable: it makes this function a generator
+
+
+def _fence_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "eo-kafka-sink-fence"]
+
+
+def test_an_upstream_failure_while_the_task_fences_fails_the_task_with_its_own_error(
+    kafka_bootstrap, new_topic, tmp_path
+):
+    """2T runs on a thread while the task waits for its rows: when the wait ends in the
+    source's error, the task fails with that error once the fence is done, leaves no thread
+    behind, and its retry writes every row once."""
+    topic = new_topic(partitions=2)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    upstream = RuntimeError("the source's read failed")
+    with pytest.raises(RuntimeError, match="the source's read failed"):
+        sink.stage(TaskInfo(3, 1), _failing_upstream(upstream))
+    assert _fence_threads() == []
+    assert sink._state().get_marker(3, 1) is None  # no row came: no started marker
+    retry = sink.stage(TaskInfo(3, 1, attempt=1), iter(_rows().to_batches(max_chunksize=500)))
+    assert (retry.rows, retry.produced, retry.already_committed) == (ROWS, ROWS, False)
+    assert_exact([m.value() for m in read_topic(kafka_bootstrap, topic)], _values())
+
+
+def test_an_empty_task_writes_nothing_and_leaves_no_marker(kafka_bootstrap, new_topic,
+                                                           tmp_path):
+    """A task that gets no rows has fenced its writer id (harmless: its earlier attempts
+    had no rows either) but opens no transaction and creates no started marker."""
+    topic = new_topic(partitions=2)
+    sink = _sink(kafka_bootstrap, tmp_path, topic)
+    report = sink.stage(TaskInfo(8, 0), iter(_rows(0).to_batches()))
+    assert (report.rows, report.produced, report.already_committed) == (0, 0, False)
+    assert sink._state().get_marker(8, 0) is None
+    assert _fence_threads() == []
+    sink.commit(8, [report])
+    assert read_topic(kafka_bootstrap, topic) == []
