@@ -294,3 +294,40 @@ def test_the_expiry_margin_is_a_tenth_of_the_retention_at_most_ten_minutes() -> 
 
     assert expiry_margin(60.0) == 6.0
     assert expiry_margin(7 * 24 * 3600.0) == 600.0
+
+
+def test_the_cluster_check_runs_once_per_configuration_and_process_within_its_ttl(
+        tmp_path, monkeypatch) -> None:
+    """Spark makes the sink twice per micro-batch on the driver: the second and later
+    checks of one configuration within the TTL ask nothing; a failed check is not
+    remembered; another configuration, or the TTL passed, is checked again."""
+    from connectors.kafka.sink import sink as sink_module
+    from connectors.kafka.sink import targets
+
+    asked: list[str] = []
+    failing = {"yes": True}
+
+    def reachable(options):
+        asked.append(options.topic)
+        if failing["yes"]:
+            raise KafkaSinkError("not reachable")
+
+    monkeypatch.setattr(targets, "check_reachable", reachable)
+    monkeypatch.setattr(targets, "partition_counts", lambda options, topics: {})
+    monkeypatch.setattr(targets, "check_access", lambda options: None)
+    monkeypatch.setattr(sink_module, "_SERVICE_CHECKED", {})
+
+    def sink(topic: str) -> KafkaSink:
+        return KafkaSink("ttl", str(tmp_path / "wal"), bootstrap_servers="127.0.0.1:9",
+                         topic=topic)
+
+    with pytest.raises(KafkaSinkError):
+        sink("a").check_service()
+    failing["yes"] = False
+    for _ in range(3):
+        sink("a").check_service()
+    sink("b").check_service()
+    assert asked == ["a", "a", "b"]
+    monkeypatch.setattr(sink_module, "SERVICE_CHECK_TTL_S", 0.0)
+    sink("a").check_service()
+    assert asked == ["a", "a", "b", "a"]

@@ -18,6 +18,7 @@ markers, the scan).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,13 @@ FP_AFTER_COMMIT = "kafka_sink.after_commit"
 #: (walPath, storage options, sink_id) whose ownership this process verified. An owner
 #: record is created once and never changes; every task and commit still admits its batch.
 _IDENTITY_CHECKED: set[tuple[Any, ...]] = set()
+#: How long a process trusts a passed ``check_service`` of one configuration. Spark makes
+#: the sink anew twice per micro-batch (to plan the batch's write, then for its commit), in
+#: Python workers on the driver that it reuses; each check asks the cluster (metadata,
+#: the facts topic, ACLs): 2-23 ms, about 10 on average on loopback, twice per batch on its
+#: critical path. Checked again after this long, so a query restarted later is checked.
+SERVICE_CHECK_TTL_S = 60.0
+_SERVICE_CHECKED: dict[tuple[Any, ...], float] = {}
 
 
 class KafkaSink(BatchSink):
@@ -187,15 +195,25 @@ class KafkaSink(BatchSink):
     def check_service(self) -> None:
         """The cluster answers within ``connectTimeout``, and the ``topic`` option names a
         topic that exists (or that the broker may create, with a warning): one clear error
-        before any task runs."""
-        if not self._cluster_checked:
-            targets.check_reachable(self.options)
-            if self.topic is not None:
-                targets.partition_counts(self.options, [self.topic])
-            if self.transactional:
-                targets.ensure_facts_topic(self.options)
-            targets.check_access(self.options)
+        before any task runs. Once per configuration and process within
+        :data:`SERVICE_CHECK_TTL_S`."""
+        if self._cluster_checked:
+            return
+        o = self.options
+        key = (tuple(sorted((k, str(v)) for k, v in self.producer_conf.items())), self.topic,
+               self.transactional, o.facts_topic)
+        now = time.monotonic()
+        if now - _SERVICE_CHECKED.get(key, now - SERVICE_CHECK_TTL_S) < SERVICE_CHECK_TTL_S:
             self._cluster_checked = True
+            return
+        targets.check_reachable(o)
+        if self.topic is not None:
+            targets.partition_counts(o, [self.topic])
+        if self.transactional:
+            targets.ensure_facts_topic(o)
+        targets.check_access(o)
+        self._cluster_checked = True
+        _SERVICE_CHECKED[key] = now
 
     def admit(self, batch_id: int) -> bool:
         """Ownership of walPath, then the batch order (``SinkState.admit``)."""
