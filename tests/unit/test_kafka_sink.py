@@ -287,6 +287,10 @@ def test_a_commit_fact_names_its_batch_in_the_metadata_and_nothing_else_passes_f
     # Very many target partitions: the counts go, the batch stays.
     wide = CommitFact(5, 10_000, {"t": {str(p): 10 for p in range(1000)}}, scope="ab12")
     assert CommitFact.decode(wide.encode()) == CommitFact(5, 10_000, scope="ab12")
+    # What confluent-kafka may append past the metadata's end (no NUL after it in
+    # librdkafka's copy), and the NUL the wire path stores: the JSON's own end counts.
+    for tail in ("\x00", "\x00garbage", "\u00ff\u00fe", "}}"):
+        assert CommitFact.decode(fact.encode() + tail) == fact, tail
 
 
 def test_the_expiry_margin_is_a_tenth_of_the_retention_at_most_ten_minutes() -> None:

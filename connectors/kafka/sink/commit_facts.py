@@ -64,6 +64,9 @@ _MAX_METADATA = 3000
 #: (DescribeConfigs on the cluster): an hour, far below Kafka's default of 7 days, so an
 #: unreadable setting errs towards refusing.
 FALLBACK_RETENTION_S = 3600.0
+#: Reads of a fact whose metadata confluent-kafka could not decode before the task fails
+#: (:meth:`CommitFact.decode` says why that happens).
+_UNREADABLE_TRIES = 5
 #: Policies for a fact that may have expired (``expiredFactPolicy``).
 EXPIRED_FACT_POLICIES = ("fail", "rewrite", "skip")
 
@@ -122,9 +125,15 @@ class CommitFact:
 
     @classmethod
     def decode(cls, metadata: str | None) -> CommitFact | None:
-        """The fact the metadata holds, None if it holds none (no offset, or not ours)."""
+        """The fact the metadata holds, None if it holds none (no offset, or not ours).
+
+        Only the first JSON value counts: confluent-kafka 2.x builds the metadata string
+        as if librdkafka's copy ended with a NUL byte, which it does not, and so may append
+        whatever follows it in memory (seen on Kafka 4.1.2 with confluent-kafka 2.16.1).
+        The wire path stores a NUL after the JSON, which ends such a read where it should;
+        for facts without one, the JSON's own end is the end."""
         try:
-            body = json.loads(metadata or "{}")
+            body, _ = json.JSONDecoder().raw_decode((metadata or "{}").lstrip())
         except ValueError:
             return None
         if not isinstance(body, dict) or not isinstance(body.get("b"), int):
@@ -283,19 +292,28 @@ class FactWriter:
         ``timeout`` seconds."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        def fetch() -> Any:
-            for tp in self._consumer.committed([TopicPartition(facts_topic, 0)], timeout=30):
-                if tp.error is not None:
-                    raise KafkaException(tp.error)
-                return tp
-            return None
+        def fetch() -> tuple[int, str | None] | None:
+            for _ in range(_UNREADABLE_TRIES):
+                for tp in self._consumer.committed([TopicPartition(facts_topic, 0)], timeout=30):
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+                    try:
+                        return int(tp.offset), tp.metadata
+                    except UnicodeDecodeError:  # bytes past the metadata's end (decode)
+                        break
+                else:
+                    return None
+            raise KafkaSinkError(
+                f"{FAMILY} {self._sink_id}: the commit fact of writer {self._writer} (group "
+                f"{self.group!r}) could not be decoded in {_UNREADABLE_TRIES} reads; nothing "
+                "was written, and the task's retry reads it again")
 
-        tp = retrying(fetch, what=f"{FAMILY} {self._sink_id}: commit fact of writer "
-                                  f"{self._writer} (group {self.group!r})",
-                      error=KafkaSinkError, timeout=timeout)
-        if tp is None or tp.offset != FACT_OFFSET:
+        got = retrying(fetch, what=f"{FAMILY} {self._sink_id}: commit fact of writer "
+                                   f"{self._writer} (group {self.group!r})",
+                       error=KafkaSinkError, timeout=timeout)
+        if got is None or got[0] != FACT_OFFSET:
             return None
-        fact = CommitFact.decode(tp.metadata)
+        fact = CommitFact.decode(got[1])
         if fact is None or (fact.batch_id, fact.scope) != (batch_id, scope):
             return None
         return fact
