@@ -1,7 +1,13 @@
-"""The one compiled piece: the recovery-key sink's produce loop (connectors/kafka/sink/
-_keyed_produce.c). It is optional: where it cannot be built (no C compiler), the install
-still succeeds and the sink produces record by record from Python, a slower path with the
-same records (docs/kafka-sink.md, "Cost")."""
+"""Optional C extensions of the Kafka sink:
+
+- ``_keyed_produce``: the recovery-key mode's produce loop
+  (connectors/kafka/sink/_keyed_produce.c);
+- ``_record_batch``: Kafka record batches built from Arrow buffers, the transactional
+  mode's wire path (connectors/kafka/sink/_record_batch.c).
+
+Both are optional: where they cannot be built (no C compiler), the install still succeeds
+and the sink hands its records to librdkafka instead, a slower path with the same records
+(docs/kafka-sink.md, "Cost")."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +17,11 @@ setup(
             "connectors.kafka.sink._keyed_produce",
             ["connectors/kafka/sink/_keyed_produce.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "connectors.kafka.sink._record_batch",
+            ["connectors/kafka/sink/_record_batch.c"],
+            optional=True,
+        ),
     ]
 )

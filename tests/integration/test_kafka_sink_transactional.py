@@ -170,18 +170,20 @@ def _odd_rows(n: int = ROWS) -> pa.Table:
     return table.slice(10)  # Arrow offsets that do not start at 0
 
 
-@pytest.mark.parametrize("batch_produce", [True, False])
-def test_batch_produce_writes_exactly_what_produce_writes(
-    kafka_bootstrap, new_topic, tmp_path, batch_produce
+@pytest.mark.parametrize("path", ["wire", "batch", "record"])
+def test_every_produce_path_writes_the_same_records(
+    kafka_bootstrap, new_topic, tmp_path, path
 ):
-    """``rd_kafka_produce_batch`` (batchProduce=true, the default) and confluent-kafka's
-    ``produce()`` write the same records to the same partitions: null stays null, empty
-    stays empty, keyed rows go where the Java partitioner puts them."""
+    """Record batches on the wire (wireProduce=true, the default), ``rd_kafka_produce_batch``
+    (wireProduce=false, batchProduce=true) and confluent-kafka's ``produce()`` write the same
+    records to the same partitions: null stays null, empty stays empty, keyed rows go where
+    the Java partitioner puts them."""
     from connectors.kafka.sink.partitioner import NULL_KEY_RUN, key_partition, null_key_start
 
     topic = new_topic(partitions=4)
     table = _odd_rows()
-    sink = _sink(kafka_bootstrap, tmp_path, topic, batch_produce=batch_produce)
+    sink = _sink(kafka_bootstrap, tmp_path, topic, wire_produce=path == "wire",
+                 batch_produce=path != "record")
     report = sink.stage(TaskInfo(1, 0), iter(table.to_batches(max_chunksize=700)))
     assert report.produced == ROWS
     got = read_topic(kafka_bootstrap, topic)
@@ -212,11 +214,12 @@ def test_a_record_the_broker_refuses_fails_the_task_and_nothing_is_visible(
     assert read_topic(kafka_bootstrap, topic) == []
 
 
+@pytest.mark.parametrize("wire_produce", [True, False])
 def test_a_record_the_client_refuses_names_its_topic_and_partition(
-    kafka_bootstrap, new_topic, tmp_path
+    kafka_bootstrap, new_topic, tmp_path, wire_produce
 ):
     topic = new_topic(partitions=1)
-    sink = _sink(kafka_bootstrap, tmp_path, topic,
+    sink = _sink(kafka_bootstrap, tmp_path, topic, wire_produce=wire_produce,
                  kafka_options={"message.max.bytes": "2000"})
     table = pa.table({"value": [b"x" * 100] * 10 + [b"y" * 5000]})
     with pytest.raises(KafkaSinkError, match=rf"{topic}\[0\].*too large"):
@@ -234,7 +237,8 @@ def test_batch_produce_waits_out_a_full_queue_and_loses_nothing(
     n = 40_000
     table = pa.table({"key": [f"k{i % 101}".encode() for i in range(n)],
                       "value": [f"v{i}".encode() for i in range(n)]})
-    options = {"kafka_options": {"queue.buffering.max.messages": "1000"}}
+    options = {"kafka_options": {"queue.buffering.max.messages": "1000"},
+               "wire_produce": False}  # librdkafka's queue
     if topic_column:
         table = table.append_column("topic", pa.array([topic] * n))
         sink_id = f"txn-{uuid.uuid4().hex[:8]}"

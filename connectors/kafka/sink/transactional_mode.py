@@ -4,13 +4,15 @@ DESIGN.md section 6, "Transactional mode").
 :class:`TransactionalWriter`: one Kafka transaction per task attempt holds its rows and a
 commit fact (:mod:`connectors.kafka.sink.commit_facts`); ``init_transactions`` fences a
 zombie attempt first, then one stable offset fetch tells whether an earlier attempt
-committed. No recovery-key header, no sort, no scan; each Arrow batch goes to librdkafka in
-one call (:mod:`connectors.kafka.sink.batch_produce`). The steps every mode shares are
-:class:`connectors.kafka.sink.writer.KafkaWriter`'s.
+committed. No recovery-key header, no sort, no scan. The rows go out as Kafka record batches
+built from the Arrow buffers (:mod:`connectors.kafka.sink.wire`), or, where that path does not
+apply, to librdkafka, an Arrow batch per call (:mod:`connectors.kafka.sink.batch_produce`).
+The steps every mode shares are :class:`connectors.kafka.sink.writer.KafkaWriter`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -25,18 +27,34 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.threads import Background
+from connectors.kafka import access
 from connectors.kafka.common import FAMILY, Lease
-from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery
+from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, route, shape
-from connectors.kafka.sink.writer import KafkaWriter, TaskReport, drain
+from connectors.kafka.sink.writer import (
+    FP_AFTER_FLUSH,
+    FP_MID_PRODUCE,
+    KafkaWriter,
+    TaskReport,
+    drain,
+)
 
 log = logging.getLogger(__name__)
 
 # Failpoint after this mode's commit (see the KafkaSink docstring).
 FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
+
+#: Why the wire path was not taken, logged once per process and reason.
+_WIRE_SKIPPED: set[str] = set()
+
+
+def _skip_wire(why: str) -> None:
+    if why not in _WIRE_SKIPPED:
+        _WIRE_SKIPPED.add(why)
+        log.info("%s; records go through librdkafka, not as record batches", why)
 
 
 class TransactionalWriter(KafkaWriter):
@@ -92,15 +110,21 @@ class TransactionalWriter(KafkaWriter):
             # A topic column needs every row's topic (and its partition count) first, and
             # recovery keys number the task's rows: both need the whole task first.
             return super().write(batches)
+        if self.options.wire_produce:
+            why = wire.unsupported(self.options.producer_conf)
+            if why is None:
+                return self.write_wire(iter(batches), topic)
+            _skip_wire(f"{FAMILY} {self.sink_id}: {why}")
         return self.write_streaming(iter(batches), topic)
 
-    def write_streaming(self, batches: Iterator[pa.RecordBatch], topic: str) -> TaskReport:
+    def write_streaming(self, batches: Iterator[pa.RecordBatch], topic: str,
+                        admitted: bool = False) -> TaskReport:
         """The whole task in one transaction, produced Arrow batch by Arrow batch as Spark
         hands them over: the JVM's conversion of the next batch overlaps producing this one,
         and the task holds one batch, not all of its rows."""
         began = time.perf_counter()
         report = self.report
-        if not self.admitted():
+        if not admitted and not self.admitted():
             drain(batches)
             return report
         slot = self.open_producer()
@@ -142,19 +166,173 @@ class TransactionalWriter(KafkaWriter):
             self.settle(slot, None)
         return self.finish(began)
 
+    def write_wire(self, batches: Iterator[pa.RecordBatch], topic: str) -> TaskReport:
+        """:meth:`write_streaming` with record batches built from the Arrow buffers and sent
+        with Kafka's own requests (:mod:`connectors.kafka.sink.wire`), in chunks of about
+        ``wire.CHUNK_BYTES``: the same steps, the same transaction and commit fact."""
+        began = time.perf_counter()
+        report = self.report
+        if not self.admitted():
+            drain(batches)
+            return report
+        self.facts_lease = commit_facts.fact_writer(
+            self.options.producer_conf, self.sink_id, self.task.writer_id,
+            self.options.facts_topic, self.options.connect_timeout)
+        self.facts = self.facts_lease.client
+        producer = wire.WireProducer(
+            wire.Settings.of(self.options.producer_conf),
+            producers.transactional_id(self.sink_id, self.task.writer_id),
+            f"{FAMILY} {self.sink_id}", self.options.metadata_retry_timeout)
+        group = commit_facts.group_id(self.sink_id, self.task.writer_id)
+
+        def fence() -> None:
+            self.fence(producer)
+            producer.prepare(topic, group)  # the leaders and the fact's coordinator
+
+        with self.wire_attempt(producer, topic):
+            # 2T. during the wait for the first rows, as in write_streaming.
+            fence_thread = Background(fence, name="eo-kafka-sink-fence")
+            try:
+                first = next((x for x in batches if x.num_rows), None)
+            finally:
+                report.input_seconds = time.perf_counter() - began
+                fence_thread.join()
+            try:
+                fence_thread.result()
+                fallback = first is not None and "headers" in first.schema.names
+            except wire.UnsupportedBroker as e:
+                # A broker older than Kafka 2.1: librdkafka negotiates older versions.
+                _skip_wire(str(e))
+                fallback = True
+            if not fallback:
+                if first is None:
+                    return report
+                self.send_wire(producer, itertools.chain([first], batches), topic, began)
+                return self.finish(began)
+        # Record headers (or an old broker) go through librdkafka; its init_transactions
+        # fences this producer's epoch (it opened no transaction).
+        rest = batches if first is None else itertools.chain([first], batches)
+        return self.write_streaming(rest, topic, admitted=True)
+
+    @contextlib.contextmanager
+    def wire_attempt(self, producer: wire.WireProducer, topic: str) -> Iterator[None]:
+        """A wire attempt's end: on failure its transaction is aborted (and an access
+        error names the ACL to grant); always, its connections and fact client go."""
+        b, w = self.task.batch_id, self.task.writer_id
+        try:
+            yield
+        except wire.WireError as e:
+            self.abandon(producer)
+            denied = access.denied(
+                e, who=f"{FAMILY} {self.sink_id}", conf=self.options.producer_conf,
+                needs=[a.bind(sink_id=self.sink_id, topic=topic,
+                              facts_topic=self.options.facts_topic)
+                       for a in access.ROLES["transactional-sink"]],
+                request=f"batch {b} writer {w}")
+            if denied is not None:
+                raise KafkaSinkError(denied) from None
+            raise
+        except BaseException:
+            self.abandon(producer)
+            raise
+        finally:
+            producer.close()
+            if self.facts_lease is not None:
+                self.facts_lease.release()
+                self.facts_lease, self.facts = None, None
+
+    def send_wire(self, producer: wire.WireProducer, batches: Iterator[pa.RecordBatch],
+                  topic: str, began: float) -> None:
+        """2E and 3T on the wire: the fact decides; then every row in chunks, the commit
+        fact, ``EndTxn(commit)``."""
+        report = self.report
+        b, w = self.task.batch_id, self.task.writer_id
+        counts = self.partition_counts([topic])
+        self.settle_fact()
+        if report.already_committed:
+            report.rows = drain(batches)
+            return
+        report.setup_seconds = time.perf_counter() - began - report.input_seconds
+        start = null_key_start(b, w)
+        chunk: list[pa.RecordBatch] = []
+        size = 0
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            chunk.append(batch)
+            size += batch.nbytes
+            if size >= wire.CHUNK_BYTES:
+                self.produce_chunk(producer, chunk, topic, counts, start)
+                chunk, size = [], 0
+        flushed = time.perf_counter()
+        if chunk:
+            self.produce_chunk(producer, chunk, topic, counts, start)
+        report.flush_seconds = time.perf_counter() - flushed
+        failpoints.hit(FP_AFTER_FLUSH, b)
+        committed = time.perf_counter()
+        fact = commit_facts.CommitFact(b, report.produced, report.partitions,
+                                       commit_facts.scope_of(self.options.wal_path))
+        # A NUL after the JSON: confluent-kafka's read stops there (CommitFact.decode).
+        producer.send_offset(commit_facts.group_id(self.sink_id, w), self.options.facts_topic,
+                             0, commit_facts.FACT_OFFSET, fact.encode() + "\x00")
+        producer.end(commit=True)
+        report.commit_seconds = time.perf_counter() - committed
+        failpoints.hit(FP_AFTER_TXN_COMMIT, b)
+
+    def produce_chunk(self, producer: wire.WireProducer, chunk: list[pa.RecordBatch],
+                      topic: str, counts: dict[str, int], start: int) -> None:
+        """Route one chunk of rows and send it; the ``mid_produce`` failpoint fires at its
+        exact count, once that many records are acknowledged."""
+        report = self.report
+        rows = shape(pa.Table.from_batches(chunk), topic, self.sink_id)
+        routing = route(rows, counts, self.sink_id, start, first_seq=report.rows)
+        order = np.argsort(routing.parts, kind="stable")
+        armed = failpoints.wants_count(FP_MID_PRODUCE)
+        pieces = [order]
+        if armed is not None and report.produced < armed < report.produced + rows.n:
+            cut = armed - report.produced
+            pieces = [order[:cut], order[cut:]]
+        for piece in pieces:
+            report.produced += producer.produce(topic, counts[topic], rows.value_array,
+                                                rows.keys, routing.parts, piece)
+            if armed is not None and report.produced >= armed:
+                failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, report.produced)
+        report.rows += rows.n
+        for t, parts in routing.partition_counts().items():
+            dst = report.partitions.setdefault(t, {})
+            for p, n in parts.items():
+                dst[p] = dst.get(p, 0) + n
+
+    def abandon(self, producer: wire.WireProducer) -> None:
+        """A failed wire attempt: abort its transaction (the retry's InitProducerId would
+        abort it too) and drop the fact client, whose state is unknown."""
+        if self.facts_lease is not None:
+            self.facts_lease.discard()
+            self.facts_lease, self.facts = None, None
+        if not producer.open:
+            return
+        try:
+            producer.end(commit=False)
+        except Exception as e:  # noqa: BLE001 - the retry's InitProducerId fences it
+            log.warning("%s %s: aborting the transaction of a failed task: %s", FAMILY,
+                        self.sink_id, e)
+
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
         # 2T. (the whole-task path) Fence, then read the commit fact; 2E.
         self.fence(slot)
         self.settle_fact()
         return None
 
-    def fence(self, slot: ProducerSlot) -> None:
+    def fence(self, slot: ProducerSlot | wire.WireProducer) -> None:
         """2T. Fence earlier attempts of (B, w), then read their commit fact
         (``self.fact``)."""
         began = time.perf_counter()
         # Fence first: init_transactions completes or aborts an earlier attempt's open
         # transaction, so the fact read below sees its outcome.
-        producers.init_transactions(slot, self.options.flush_timeout)
+        if isinstance(slot, wire.WireProducer):
+            slot.init(self.options.flush_timeout)
+        else:
+            producers.init_transactions(slot, self.options.flush_timeout)
         if self.facts is None:
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         self.fact = self.facts.read(self.options.facts_topic, self.task.batch_id,

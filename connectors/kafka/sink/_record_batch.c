@@ -1,0 +1,348 @@
+/*
+ * Kafka record batches (magic 2) built straight from Arrow buffers: the transactional
+ * sink's wire path (docs/design.md, "Record batches on the wire").
+ *
+ * connectors/kafka/sink/wire.py calls encode() once per chunk of a task's rows. Without this
+ * module (no C compiler at install time, not CPython) the sink hands its rows to librdkafka
+ * instead (connectors/kafka/sink/batch_produce.py).
+ *
+ * The layout is Kafka's (org.apache.kafka.common.record.DefaultRecordBatch and
+ * DefaultRecord): a 61-byte batch header, then per record a varint length, attributes 0, a
+ * timestamp delta 0, its offset delta, the key and value (length -1: null) and no headers.
+ * The CRC is CRC-32C over everything after the CRC field.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define BATCH_HEADER 61
+#define ATTR_TRANSACTIONAL 0x10
+
+/* CRC-32C: SSE4.2 where the CPU has it, else a table. */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc_soft(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--) c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc_hard(const uint8_t *p, size_t n) {
+    uint64_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return c32 ^ 0xFFFFFFFFu;
+}
+static int have_sse42(void) { return __builtin_cpu_supports("sse4.2"); }
+#else
+static uint32_t crc_hard(const uint8_t *p, size_t n) { return crc_soft(p, n); }
+static int have_sse42(void) { return 0; }
+#endif
+
+static uint32_t (*crc32c)(const uint8_t *, size_t) = crc_soft;
+
+static inline int varint_size(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_varint(uint8_t *o, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *o++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *o++ = (uint8_t)z;
+    return o;
+}
+
+static inline void be16(uint8_t *o, uint16_t v) { o[0] = v >> 8; o[1] = (uint8_t)v; }
+static inline void be32(uint8_t *o, uint32_t v) {
+    o[0] = v >> 24; o[1] = (uint8_t)(v >> 16); o[2] = (uint8_t)(v >> 8); o[3] = (uint8_t)v;
+}
+static inline void be64(uint8_t *o, uint64_t v) { be32(o, (uint32_t)(v >> 32)); be32(o + 4, (uint32_t)v); }
+
+/* One Arrow binary or large_binary array (offsets, data, validity, offset). */
+typedef struct {
+    Py_buffer offsets, data, validity;
+    int has, has_validity, large;
+    Py_ssize_t offset;
+} column_t;
+
+static int column_open(column_t *c, PyObject *spec) {
+    /* spec: None, or (offsets, data, validity or None, offset, large) */
+    memset(c, 0, sizeof(*c));
+    if (spec == Py_None) return 0;
+    PyObject *offs, *data, *valid;
+    if (!PyArg_ParseTuple(spec, "OOOnp", &offs, &data, &valid, &c->offset, &c->large)) return -1;
+    if (PyObject_GetBuffer(offs, &c->offsets, PyBUF_SIMPLE) < 0) return -1;
+    if (data == Py_None) {
+        /* an array of empty or null values may come without a data buffer */
+        if (PyObject_GetBuffer(PyBytes_FromStringAndSize("", 0), &c->data, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&c->offsets);
+            return -1;
+        }
+        Py_DECREF(c->data.obj); /* the buffer holds its own reference */
+    } else if (PyObject_GetBuffer(data, &c->data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&c->offsets);
+        return -1;
+    }
+    if (valid != Py_None) {
+        if (PyObject_GetBuffer(valid, &c->validity, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&c->offsets);
+            PyBuffer_Release(&c->data);
+            return -1;
+        }
+        c->has_validity = 1;
+    }
+    c->has = 1;
+    return 0;
+}
+
+static void column_close(column_t *c) {
+    if (!c->has) return;
+    PyBuffer_Release(&c->offsets);
+    PyBuffer_Release(&c->data);
+    if (c->has_validity) PyBuffer_Release(&c->validity);
+}
+
+/* Row r's bytes: length (-1 for null) and start. */
+static inline int64_t column_get(const column_t *c, int64_t r, const uint8_t **start) {
+    if (!c->has) return -1;
+    int64_t i = r + c->offset;
+    if (c->has_validity && !((((const uint8_t *)c->validity.buf)[i >> 3] >> (i & 7)) & 1)) return -1;
+    int64_t a, b;
+    if (c->large) {
+        a = ((const int64_t *)c->offsets.buf)[i];
+        b = ((const int64_t *)c->offsets.buf)[i + 1];
+    } else {
+        a = ((const int32_t *)c->offsets.buf)[i];
+        b = ((const int32_t *)c->offsets.buf)[i + 1];
+    }
+    *start = (const uint8_t *)c->data.buf + a;
+    return b - a;
+}
+
+/* A record's size without its length prefix. */
+static inline int64_t body_size(int64_t delta, int64_t klen, int64_t vlen) {
+    return 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0)
+           + varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
+}
+
+static int check_bounds(const column_t *c, Py_ssize_t n, const char *what) {
+    if (!c->has) return 0;
+    Py_ssize_t width = c->large ? 8 : 4;
+    if (c->offsets.len < (c->offset + n + 1) * width
+        || (c->has_validity && c->validity.len * 8 < c->offset + n)) {
+        PyErr_Format(PyExc_ValueError, "%s: buffers shorter than %zd rows", what, n);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * encode(values, keys, length, rows, groups, first_seqs, timestamp, producer_id, epoch,
+ *        transactional, max_batch_bytes) -> (bytearray, bytes)
+ *
+ * values, keys: column specs (keys may be None); length: the arrays' row count;
+ * rows: int64 row indices in produce order; groups: int64 boundaries into rows (one group per
+ * target partition, n_groups + 1 entries); first_seqs: int32 base sequence of each group.
+ * A group becomes one or more batches of at most max_batch_bytes (a single larger record is
+ * a batch of its own). The second result holds int64 quadruples per batch: group, start and
+ * end in the bytearray, record count.
+ */
+static PyObject *encode(PyObject *module, PyObject *args) {
+    PyObject *vspec, *kspec, *rows_o, *groups_o, *seqs_o;
+    Py_ssize_t length;
+    long long ts, pid, max_batch;
+    int epoch, txn;
+    if (!PyArg_ParseTuple(args, "OOnOOOLLiiL", &vspec, &kspec, &length, &rows_o, &groups_o,
+                          &seqs_o, &ts, &pid, &epoch, &txn, &max_batch))
+        return NULL;
+    column_t vals, keys;
+    Py_buffer rb = {0}, gb = {0}, sb = {0};
+    PyObject *out = NULL, *meta = NULL, *result = NULL;
+    if (column_open(&vals, vspec) < 0) return NULL;
+    if (!vals.has) {
+        PyErr_SetString(PyExc_ValueError, "values: a column is required");
+        return NULL;
+    }
+    if (column_open(&keys, kspec) < 0) goto done_vals;
+    if (PyObject_GetBuffer(rows_o, &rb, PyBUF_SIMPLE) < 0) goto done_keys;
+    if (PyObject_GetBuffer(groups_o, &gb, PyBUF_SIMPLE) < 0) goto done_rows;
+    if (PyObject_GetBuffer(seqs_o, &sb, PyBUF_SIMPLE) < 0) goto done_groups;
+    if (check_bounds(&vals, length, "values") < 0 || check_bounds(&keys, length, "keys") < 0)
+        goto done;
+    const int64_t *rows = rb.buf, *groups = gb.buf;
+    const int32_t *seqs = sb.buf;
+    Py_ssize_t n_rows = rb.len / 8, n_groups = gb.len / 8 - 1;
+    if (n_groups < 0 || sb.len / 4 < n_groups || groups[n_groups] > n_rows) {
+        PyErr_SetString(PyExc_ValueError, "groups, first_seqs and rows do not match");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_rows; i++) {
+        if (rows[i] < 0 || rows[i] >= length) {
+            PyErr_SetString(PyExc_ValueError, "a row index is out of range");
+            goto done;
+        }
+    }
+    /* Pass 1: sizes and batch count. */
+    Py_ssize_t total = 0, n_batches = 0;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        int64_t size = 0, count = 0;
+        for (int64_t i = groups[g]; i < groups[g + 1]; i++) {
+            const uint8_t *p;
+            int64_t kl = column_get(&keys, rows[i], &p), vl = column_get(&vals, rows[i], &p);
+            int64_t body = body_size(count, kl, vl);
+            int64_t rec = varint_size(body) + body;
+            if (count && size + rec > max_batch) {
+                total += size;
+                n_batches++;
+                size = 0;
+                count = 0;
+                body = body_size(0, kl, vl);
+                rec = varint_size(body) + body;
+            }
+            if (!count) size = BATCH_HEADER;
+            size += rec;
+            count++;
+        }
+        if (count) {
+            total += size;
+            n_batches++;
+        }
+    }
+    out = PyByteArray_FromStringAndSize(NULL, total);
+    meta = PyBytes_FromStringAndSize(NULL, n_batches * 32);
+    if (!out || !meta) goto done;
+    uint8_t *base = (uint8_t *)PyByteArray_AS_STRING(out);
+    int64_t *m = (int64_t *)PyBytes_AS_STRING(meta);
+    Py_BEGIN_ALLOW_THREADS
+    /* Pass 2: the bytes. */
+    uint8_t *o = base;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        uint8_t *h = NULL;
+        int64_t count = 0, seq = seqs[g];
+        for (int64_t i = groups[g]; i <= groups[g + 1]; i++) {
+            const uint8_t *kp = NULL, *vp = NULL;
+            int64_t kl = 0, vl = 0, rec = 0;
+            int last = i == groups[g + 1];
+            if (!last) {
+                kl = column_get(&keys, rows[i], &kp);
+                vl = column_get(&vals, rows[i], &vp);
+                int64_t body = body_size(count, kl, vl);
+                rec = varint_size(body) + body;
+            }
+            if (h && (last || (o - h) + rec > max_batch)) {
+                /* close the batch at h */
+                int64_t size = o - h;
+                be64(h, 0);
+                be32(h + 8, (uint32_t)(size - 12));
+                be32(h + 12, 0xFFFFFFFFu); /* partition leader epoch: the broker sets it */
+                h[16] = 2;
+                be16(h + 21, txn ? ATTR_TRANSACTIONAL : 0);
+                be32(h + 23, (uint32_t)(count - 1));
+                be64(h + 27, (uint64_t)ts);
+                be64(h + 35, (uint64_t)ts);
+                be64(h + 43, (uint64_t)pid);
+                be16(h + 51, (uint16_t)epoch);
+                be32(h + 53, (uint32_t)seq);
+                be32(h + 57, (uint32_t)count);
+                be32(h + 17, crc32c(h + 21, (size_t)(size - 21)));
+                m[0] = g;
+                m[1] = h - base;
+                m[2] = o - base;
+                m[3] = count;
+                m += 4;
+                seq += count;
+                h = NULL;
+                count = 0;
+                if (!last) {
+                    int64_t body = body_size(0, kl, vl);
+                    rec = varint_size(body) + body;
+                }
+            }
+            if (last) break;
+            if (!h) {
+                h = o;
+                o += BATCH_HEADER;
+            }
+            o = put_varint(o, body_size(count, kl, vl)); /* the record's length */
+            *o++ = 0; /* attributes */
+            *o++ = 0; /* timestamp delta */
+            o = put_varint(o, count);
+            o = put_varint(o, kl);
+            if (kl > 0) {
+                memcpy(o, kp, (size_t)kl);
+                o += kl;
+            }
+            o = put_varint(o, vl);
+            if (vl > 0) {
+                memcpy(o, vp, (size_t)vl);
+                o += vl;
+            }
+            *o++ = 0; /* no headers */
+            count++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(OO)", out, meta);
+done:
+    PyBuffer_Release(&sb);
+done_groups:
+    PyBuffer_Release(&gb);
+done_rows:
+    PyBuffer_Release(&rb);
+done_keys:
+    column_close(&keys);
+done_vals:
+    column_close(&vals);
+    Py_XDECREF(out);
+    Py_XDECREF(meta);
+    return result;
+}
+
+static PyObject *crc(PyObject *module, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    uint32_t c = crc32c(b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {
+    {"encode", encode, METH_VARARGS, "Kafka record batches from Arrow buffers."},
+    {"crc32c", crc, METH_VARARGS, "CRC-32C of a buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_record_batch", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__record_batch(void) {
+    crc_init();
+    if (have_sse42()) crc32c = crc_hard;
+    return PyModule_Create(&module_def);
+}

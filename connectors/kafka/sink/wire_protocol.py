@@ -1,0 +1,282 @@
+"""Kafka's wire protocol, as far as the transactional sink's wire path needs it
+(:mod:`connectors.kafka.sink.wire`): the request versions, error codes, settings read from the
+librdkafka configuration, one broker connection, and the record-batch encoder's Python side
+(``_record_batch.encode``, C).
+
+Only request versions without tagged fields are used (Produce 7, Metadata 7,
+FindCoordinator 1, InitProducerId 1, AddPartitionsToTxn 2, AddOffsetsToTxn 2, EndTxn 2,
+TxnOffsetCommit 2: Kafka 2.1 and later, 4.x included); ``ApiVersions`` confirms them on
+every new bootstrap connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from connectors.core.errors import KafkaSinkError
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink.wire_sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    Login,
+    SaslFailed,
+    authenticate,
+)
+
+try:  # built at install time where a C compiler is (setup.py)
+    from connectors.kafka.sink import _record_batch  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the install
+    _record_batch = None
+
+# API keys and the (non-flexible) versions this module speaks.
+PRODUCE, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 3, 10, 18
+INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+VERSIONS = {PRODUCE: 7, METADATA: 7, FIND_COORDINATOR: 1, INIT_PRODUCER_ID: 1,
+            ADD_PARTITIONS: 2, ADD_OFFSETS: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 2,
+            SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 1}
+API_NAMES = {PRODUCE: "Produce", METADATA: "Metadata", FIND_COORDINATOR: "FindCoordinator",
+          INIT_PRODUCER_ID: "InitProducerId", ADD_PARTITIONS: "AddPartitionsToTxn",
+          ADD_OFFSETS: "AddOffsetsToTxn", END_TXN: "EndTxn",
+          TXN_OFFSET_COMMIT: "TxnOffsetCommit", SASL_HANDSHAKE: "SaslHandshake",
+          SASL_AUTHENTICATE: "SaslAuthenticate"}
+
+#: Kafka's error codes this module names (org.apache.kafka.common.protocol.Errors).
+ERRORS = {
+    -1: "UNKNOWN_SERVER_ERROR", 2: "CORRUPT_MESSAGE", 3: "UNKNOWN_TOPIC_OR_PARTITION",
+    5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT",
+    10: "MESSAGE_TOO_LARGE", 13: "NETWORK_EXCEPTION", 14: "COORDINATOR_LOAD_IN_PROGRESS",
+    15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 18: "RECORD_LIST_TOO_LARGE",
+    19: "NOT_ENOUGH_REPLICAS", 20: "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+    29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",
+    31: "CLUSTER_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION",
+    45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
+    47: "INVALID_PRODUCER_EPOCH", 48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING",
+    50: "INVALID_TRANSACTION_TIMEOUT", 51: "CONCURRENT_TRANSACTIONS",
+    53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 56: "KAFKA_STORAGE_ERROR",
+    58: "SASL_AUTHENTICATION_FAILED",
+    74: "FENCED_LEADER_EPOCH", 75: "UNKNOWN_LEADER_EPOCH", 87: "INVALID_RECORD",
+    89: "THROTTLING_QUOTA_EXCEEDED", 90: "PRODUCER_FENCED",
+}
+#: Asked again (Kafka marks them retriable; CONCURRENT_TRANSACTIONS: the previous attempt's
+#: transaction is still being completed or aborted).
+RETRIABLE = frozenset({3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 51, 56, 74, 75, 89})
+#: The coordinator moved or is not there: find it again.
+COORDINATOR_MOVED = frozenset({15, 16})
+#: This producer was fenced by a newer attempt of the same task.
+FENCED = frozenset({47, 90})
+DUPLICATE_SEQUENCE, OUT_OF_ORDER_SEQUENCE = 46, 45
+
+#: The largest record batch (librdkafka's and the broker's default ``message.max.bytes``;
+#: ``kafka.message.max.bytes`` lowers or raises it).
+DEFAULT_MAX_BATCH_BYTES = 1_000_000
+#: The largest Produce request, summed over its batches (the broker takes up to
+#: ``socket.request.max.bytes``, 100 MiB by default).
+MAX_REQUEST_BYTES = 16 << 20
+#: Rows are encoded and sent in chunks of about this many bytes of keys and values: big
+#: enough that each of 1,000 partitions gets a batch of a hundred records or more, small
+#: enough that a task holds two chunks at most.
+CHUNK_BYTES = 32 << 20
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) of ``data``, as record batches carry it."""
+    if _record_batch is None:
+        raise KafkaSinkError(f"{FAMILY}: the _record_batch extension is not built (internal)")
+    return int(_record_batch.crc32c(data))
+
+
+def encoder_built() -> bool:
+    """Whether the record-batch encoder (the C extension) is built here."""
+    return _record_batch is not None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the wire path takes from the sink's librdkafka producer configuration."""
+
+    bootstrap: tuple[tuple[str, int], ...]
+    client_id: str
+    request_timeout: float
+    transaction_timeout_ms: int
+    max_batch_bytes: int
+    ssl_context: ssl.SSLContext | None
+    login: Login | None
+
+    @classmethod
+    def of(cls, conf: Mapping[str, Any]) -> Settings:
+        servers = []
+        for item in str(conf["bootstrap.servers"]).split(","):
+            item = item.strip()
+            item = item.split("://", 1)[-1]
+            if not item:
+                continue
+            host, _, port = item.rpartition(":")
+            servers.append((host.strip("[]") or "localhost", int(port or 9092)))
+        context = None
+        if str(conf.get("security.protocol", "plaintext")).lower() in ("ssl", "sasl_ssl"):
+            context = ssl.create_default_context(cafile=conf.get("ssl.ca.location"))
+            if str(conf.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            elif str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() \
+                    == "none":
+                context.check_hostname = False
+            if conf.get("ssl.certificate.location"):
+                context.load_cert_chain(conf["ssl.certificate.location"],
+                                        conf.get("ssl.key.location"),
+                                        conf.get("ssl.key.password"))
+        return cls(
+            bootstrap=tuple(servers),
+            client_id=str(conf.get("client.id", "eo-kafka-sink")),
+            request_timeout=int(conf.get("request.timeout.ms",
+                                         conf.get("socket.timeout.ms", 30000))) / 1000.0,
+            transaction_timeout_ms=int(conf.get("transaction.timeout.ms", 60000)),
+            max_batch_bytes=int(conf.get("message.max.bytes", DEFAULT_MAX_BATCH_BYTES)),
+            ssl_context=context,
+            login=Login.of(conf),
+        )
+
+
+class WireError(KafkaSinkError):
+    """A Kafka error answer; ``code`` is Kafka's error code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = ERRORS.get(code, f"error {code}")
+
+
+# -- encoding -------------------------------------------------------------------------------------
+def string(s: str | None) -> bytes:
+    if s is None:
+        return b"\xff\xff"
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+class _Reader:
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data, self.at = memoryview(data), 0
+
+    def take(self, fmt: str) -> Any:
+        out = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return out if len(out) > 1 else out[0]
+
+    def string(self) -> str | None:
+        n = self.take(">h")
+        if n < 0:
+            return None
+        s = bytes(self.data[self.at:self.at + n]).decode()
+        self.at += n
+        return s
+
+    def array(self, item: Callable[[], Any]) -> list[Any]:
+        return [item() for _ in range(max(self.take(">i"), 0))]
+
+
+def column(arr: pa.Array | None) -> tuple[Any, ...] | None:
+    """An Arrow binary column as ``_record_batch.encode`` takes it."""
+    if arr is None:
+        return None
+    validity, offsets, data = arr.buffers()[:3]
+    large = pa.types.is_large_binary(arr.type)
+    return (offsets, data, validity if arr.null_count else None, arr.offset, large)
+
+
+def encode(values: pa.Array, keys: pa.Array | None, order: np.ndarray, parts: np.ndarray,
+           seqs: np.ndarray, producer_id: int, epoch: int,
+           max_batch_bytes: int) -> tuple[bytearray, np.ndarray, np.ndarray]:
+    """The rows ``order`` (grouped by partition, ``parts[order]`` ascending) as transactional
+    record batches: ``(data, batches, partitions)``, ``batches`` an ``(n, 4)`` array of
+    (group, start, end, records), ``partitions`` each group's partition. ``seqs`` holds each
+    partition's next sequence and is advanced."""
+    if _record_batch is None:
+        raise KafkaSinkError(f"{FAMILY}: the _record_batch extension is not built (internal)")
+    target = parts[order]
+    cut = np.flatnonzero(np.diff(target)) + 1
+    starts = np.concatenate(([0], cut, [len(order)])).astype(np.int64)
+    partitions = target[starts[:-1]].astype(np.int64)
+    first = seqs[partitions].astype(np.int32)
+    data, meta = _record_batch.encode(
+        column(values), column(keys), len(values), np.ascontiguousarray(order, np.int64),
+        starts, first, int(time.time() * 1000), producer_id, epoch, 1, max_batch_bytes)
+    batches = np.frombuffer(meta, dtype=np.int64).reshape(-1, 4)
+    np.add.at(seqs, partitions[batches[:, 0]], batches[:, 3])
+    return data, batches, partitions
+
+
+# -- connections ----------------------------------------------------------------------------------
+class Connection:
+    """One broker connection; requests may be pipelined (answers come in order)."""
+
+    def __init__(self, host: str, port: int, settings: Settings) -> None:
+        self.address = f"{host}:{port}"
+        sock = socket.create_connection((host, port), timeout=settings.request_timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if settings.ssl_context is not None:
+            sock = settings.ssl_context.wrap_socket(sock, server_hostname=host)
+        self.sock = sock
+        self.client_id = string(settings.client_id)
+        self.next_id = 0
+        self.waiting: list[tuple[int, int]] = []
+        if settings.login is not None:
+            try:
+                authenticate(self.call, settings.login)
+            except SaslFailed as e:
+                self.close()
+                raise WireError(f"{FAMILY}: {self.address}: {e}", 58) from None
+
+    def send(self, api: int, parts: Sequence[bytes | memoryview]) -> None:
+        self.next_id += 1
+        header = struct.pack(">hhi", api, VERSIONS.get(api, 0), self.next_id) + self.client_id
+        size = len(header) + sum(len(p) for p in parts)
+        self.sock.sendall(struct.pack(">i", size) + header)
+        for p in parts:
+            self.sock.sendall(p)
+        self.waiting.append((self.next_id, api))
+
+    def receive(self) -> _Reader:
+        expected, api = self.waiting.pop(0)
+        size = struct.unpack(">i", self._read(4))[0]
+        body = self._read(size)
+        got = struct.unpack_from(">i", body)[0]
+        if got != expected:
+            raise KafkaSinkError(f"{FAMILY}: {self.address} answered request {got}, expected "
+                                 f"{expected} ({API_NAMES.get(api, api)})")
+        reader = _Reader(body)
+        reader.at = 4
+        return reader
+
+    def call(self, api: int, body: bytes) -> _Reader:
+        self.send(api, [body])
+        return self.receive()
+
+    def _read(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
+                raise ConnectionError(f"{self.address} closed the connection")
+            got += k
+        return buf
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class UnsupportedBroker(KafkaSinkError):
+    """The broker does not serve a request version the wire path needs."""
