@@ -10,7 +10,9 @@ Against the same Apache Kafka broker, in the same run:
   of ``--value-bytes`` bytes (null keys) with ``df.write.format("eo_kafka")`` into a topic
   of ``--partitions`` partitions (after ``--warmup`` untimed full-size writes per mode).
   ``transactional=true`` (``txn_*``): one transaction per task, no header, no sort, a commit
-  fact, Arrow batches handed to librdkafka's ``rd_kafka_produce_batch`` (batch produce); the
+  fact, record batches built from the Arrow buffers and sent with Kafka's own requests (the
+  wire path, the default); ``txn_librdkafka_*``: the same with ``wireProduce=false``, Arrow
+  batches handed to librdkafka's ``rd_kafka_produce_batch`` (batch produce); the
   recovery-key mode (``rk_*``): the deterministic sort, routing, recovery-key headers, the
   started marker. Both include the Arrow hand-over, flush and the driver commit;
 - Spark's own JVM Kafka sink (at-least-once), ``df.write.format("kafka")`` of the same
@@ -276,11 +278,12 @@ def scan_cost(bootstrap: str, rows: int, value_bytes: int, partitions: int) -> d
 
 
 def sink_write(df: Any, bootstrap: str, topic: str, wal: str, sink_id: str, batch_id: int,
-               transactional: bool = False) -> float:
+               transactional: bool = False, wire: bool = True) -> float:
     started = time.perf_counter()
     (df.write.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).option("sink_id", sink_id).option("walPath", wal)
      .option("transactional", str(transactional).lower())
+     .option("wireProduce", str(wire).lower())
      .option("batchId", batch_id).mode("append").save())
     return time.perf_counter() - started
 
@@ -429,6 +432,7 @@ def main() -> None:
         wal = tempfile.mkdtemp(prefix="eo-bench-sink-")
         rk: list[float] = []
         txn_rates: list[float] = []
+        txn_lib: list[float] = []
         raw: list[float] = []
         raw_hdr: list[float] = []
         # Each mode writes one topic with one sink id, write k as batch k, as a streaming
@@ -436,24 +440,27 @@ def main() -> None:
         # serving the partitions of every dropped one (librdkafka forgets a deleted topic
         # only at its next metadata refresh, five minutes later), which no streaming query
         # does.
-        sink_topics = {txn: f"bench-sink-{uuid.uuid4().hex[:8]}" for txn in (True, False)}
+        # Modes: "txn" (record batches on the wire, the default), "txn_lib" (the same
+        # transactions through librdkafka, wireProduce=false), "rk" (recovery keys).
+        sink_topics = {m: f"bench-sink-{uuid.uuid4().hex[:8]}" for m in ("txn", "txn_lib", "rk")}
         for topic in sink_topics.values():
             create_topic(bootstrap, topic, args.partitions)
 
-        def write(txn: bool, batch: int) -> float:
-            topic = sink_topics[txn]
-            return sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, batch, txn)
+        def write(mode: str, batch: int) -> float:
+            topic = sink_topics[mode]
+            return sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, batch,
+                              mode != "rk", wire=mode == "txn")
 
         floor_rates: list[float] = []
         for _ in range(args.warmup):
             run_noop(df)
-        for txn in (False, True):
+        for mode in sink_topics:
             # Warm-up, not timed: the first --warmup batches of each mode (as many as Spark's
             # sink gets), so the JVMs' JIT has compiled the Arrow export and the broker's
             # paths, and the Python workers hold their imports (the raw loop's producer is
             # warmed up the same way).
             for k in range(args.warmup):
-                write(txn, k)
+                write(mode, k)
         for i in range(args.repeat):
             topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, topic, args.partitions)
@@ -466,11 +473,11 @@ def main() -> None:
                                                    with_header=True))
             drop(bootstrap, topic)
             print(f"raw producer + 30-byte header run {i}: {raw_hdr[-1]:,.0f} rows/s", flush=True)
-            for txn, rates in ((True, txn_rates), (False, rk)):
-                seconds = write(txn, args.warmup + i)
+            for mode, rates in (("txn", txn_rates), ("txn_lib", txn_lib), ("rk", rk)):
+                seconds = write(mode, args.warmup + i)
                 rates.append(args.rows / seconds)
-                print(f"spark eo_kafka sink ({'transactional' if txn else 'recovery keys'}) "
-                      f"run {i}: {rates[-1]:,.0f} rows/s", flush=True)
+                print(f"spark eo_kafka sink ({mode}) run {i}: {rates[-1]:,.0f} rows/s",
+                      flush=True)
             floor_rates.append(args.rows / run_noop(df))
             print(f"Python DataSource writer that writes nothing run {i}: "
                   f"{floor_rates[-1]:,.0f} rows/s", flush=True)
@@ -506,6 +513,8 @@ def main() -> None:
             "txn_ratio_raw_producer": round(best_txn / best_raw, 3),
             "txn_ratio_spark_kafka_sink": round(best_txn / best_jvm, 3),
             "rk_ratio_spark_kafka_sink": round(best_rk / best_jvm, 3),
+            "txn_librdkafka_rows_per_s": round(max(txn_lib)),
+            "txn_librdkafka_ratio_spark_kafka_sink": round(max(txn_lib) / best_jvm, 3),
             "rk_ratio_raw_producer": round(best_rk / best_raw, 3),
             "raw_producer_with_header_rows_per_s": round(max(raw_hdr)),
             "python_writer_floor_rows_per_s": round(max(floor_rates)),
@@ -513,6 +522,7 @@ def main() -> None:
             "txn_fresh_topic_rows_per_s": round(fresh["txn"]),
             "rk_fresh_topic_rows_per_s": round(fresh["rk"]),
             "lowest_runs": {"txn": round(min(txn_rates)), "rk": round(min(rk)),
+                            "txn_librdkafka": round(min(txn_lib)),
                             "python_writer_floor": round(min(floor_rates)),
                             "spark_kafka_sink": round(min(jvm_rates)), "raw": round(min(raw))},
             "value_bytes": args.value_bytes,
