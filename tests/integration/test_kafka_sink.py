@@ -335,8 +335,9 @@ def _by_partition(messages: list) -> dict[int, list]:
 
 def test_keyed_batch_produce_writes_what_record_by_record_writes(kafka_bootstrap, new_topic,
                                                                   tmp_path):
-    """The recovery-key mode's C produce loop against the Python loop: the same records,
-    partitions, order and recovery-key headers, with null, empty and long keys and values."""
+    """The recovery-key mode's record batches on the wire (the default) and its C produce
+    loop against the Python loop: the same records, partitions, order and recovery-key
+    headers, with null, empty and long keys and values."""
     from connectors.kafka.sink import batch_produce
 
     if os.environ.get("CI"):
@@ -349,30 +350,33 @@ def test_keyed_batch_produce_writes_what_record_by_record_writes(kafka_bootstrap
     table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
     sink_id = f"kb-{uuid.uuid4().hex[:8]}"
     got = {}
-    for batch_produce_on in (True, False):
+    for path in ("wire", "c-loop", "python"):
         topic = new_topic(partitions=5)
-        sink = KafkaSink(sink_id, str(tmp_path / f"wal-{batch_produce_on}"),
+        sink = KafkaSink(sink_id, str(tmp_path / f"wal-{path}"),
                          bootstrap_servers=kafka_bootstrap, topic=topic,
-                         batch_produce=batch_produce_on)
+                         wire_produce=path == "wire", batch_produce=path != "python")
         report = sink.stage(TaskInfo(3, 2), iter(table.to_batches(max_chunksize=3000)))
         assert report.produced == n
-        got[batch_produce_on] = _by_partition(read_topic(kafka_bootstrap, topic))
-    assert got[True] == got[False]
-    seqs = [recovery.find_key(h).seq for part in got[True].values() for _, _, h in part]
+        got[path] = _by_partition(read_topic(kafka_bootstrap, topic))
+    assert got["wire"] == got["c-loop"] == got["python"]
+    seqs = [recovery.find_key(h).seq for part in got["wire"].values() for _, _, h in part]
     assert sorted(seqs) == list(range(n))
 
 
-def test_a_record_the_broker_refuses_fails_the_keyed_task(kafka_bootstrap, tmp_path):
-    """A delivery failure reported by the broker reaches the sink through the C produce
-    loop's records too: the task fails naming the failed deliveries."""
+@pytest.mark.parametrize("wire_produce", [True, False])
+def test_a_record_the_broker_refuses_fails_the_keyed_task(kafka_bootstrap, tmp_path,
+                                                          wire_produce):
+    """A record the broker refuses fails the task naming the partition, on the wire (the
+    broker's answer to the batch) and through the C produce loop's delivery reports."""
     from connectors.demo.services.kafka import create_topic
 
     topic = f"t-small-{uuid.uuid4().hex[:12]}"
     create_topic(kafka_bootstrap, topic, 2, config={"max.message.bytes": "2000"})
     table = pa.table({"value": [b"x" * 100] * 50 + [b"y" * 5000] + [b"x" * 100] * 50})
-    sink = _sink(kafka_bootstrap, tmp_path, topic, flush_timeout=60)
-    with pytest.raises(KafkaSinkError, match=rf"1 records of batch 0 writer 0 failed delivery.*"
-                                             rf"{topic}\[\d\]"):
+    sink = _sink(kafka_bootstrap, tmp_path, topic, flush_timeout=60, wire_produce=wire_produce)
+    expected = (rf"Produce to {topic}\[\d\]: MESSAGE_TOO_LARGE" if wire_produce else
+                rf"1 records of batch 0 writer 0 failed delivery.*{topic}\[\d\]")
+    with pytest.raises(KafkaSinkError, match=expected):
         sink.stage(TaskInfo(0, 0), iter(table.to_batches()))
 
 

@@ -120,7 +120,7 @@ def test_settings_the_wire_path_does_not_speak_go_through_librdkafka(
     topic = new_topic(partitions=2)
     sink = _sink(kafka_bootstrap, tmp_path, topic,
                  kafka_options={"compression.type": "lz4"})
-    with caplog.at_level(logging.INFO, logger="connectors.kafka.sink.transactional_mode"):
+    with caplog.at_level(logging.INFO, logger="connectors.kafka.sink.wire"):
         report = sink.stage(TaskInfo(0, 0), iter(_table(500).to_batches()))
     assert report.produced == 500 and len(read_topic(kafka_bootstrap, topic)) == 500
     assert "compression.type=lz4" in caplog.text
@@ -150,3 +150,28 @@ def test_an_unknown_topic_fails_with_its_name(kafka_bootstrap, tmp_path):
             producer.refresh(topic, 1)
     finally:
         producer.close()
+
+
+def test_recovery_keys_on_the_wire_reuse_one_producer_id_and_take_headers_via_librdkafka(
+    kafka_bootstrap, new_topic, tmp_path
+):
+    """The recovery-key mode's idempotent wire producer serves task after task (sequences
+    go on from where the last task left them); a task with a headers column goes through
+    librdkafka, recovery keys and all."""
+    from connectors.kafka.sink import recovery
+
+    topic = new_topic(partitions=3)
+    sink = KafkaSink(f"wrk-{uuid.uuid4().hex[:8]}", str(tmp_path / "wal"),
+                     bootstrap_servers=kafka_bootstrap, topic=topic)
+    for b in range(3):
+        sink.commit(b, [sink.stage(TaskInfo(b, 0), iter(_table(400).to_batches()))])
+    table = _table(50).append_column(
+        "headers", pa.array([[{"key": "h", "value": b"x"}]] * 50,
+                            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
+    sink.commit(3, [sink.stage(TaskInfo(3, 0), iter(table.to_batches()))])
+    got = read_topic(kafka_bootstrap, topic)
+    assert len(got) == 3 * 400 + 50
+    keys = [recovery.find_key(m.headers()) for m in got]
+    assert sorted((k.batch_id, k.seq) for k in keys if k is not None) == sorted(
+        [(b, s) for b in range(3) for s in range(400)] + [(3, s) for s in range(50)])
+    assert sum(1 for m in got if ("h", b"x") in (m.headers() or [])) == 50

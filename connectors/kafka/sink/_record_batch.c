@@ -146,10 +146,11 @@ static inline int64_t column_get(const column_t *c, int64_t r, const uint8_t **s
     return b - a;
 }
 
-/* A record's size without its length prefix. */
-static inline int64_t body_size(int64_t delta, int64_t klen, int64_t vlen) {
+/* A record's size without its length prefix; hdr: the bytes of its one header after the
+   header count (0: no header). */
+static inline int64_t body_size(int64_t delta, int64_t klen, int64_t vlen, int64_t hdr) {
     return 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0)
-           + varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
+           + varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1 + hdr;
 }
 
 static int check_bounds(const column_t *c, Py_ssize_t n, const char *what) {
@@ -165,8 +166,12 @@ static int check_bounds(const column_t *c, Py_ssize_t n, const char *what) {
 
 /*
  * encode(values, keys, length, rows, groups, first_seqs, timestamp, producer_id, epoch,
- *        transactional, max_batch_bytes) -> (bytearray, bytes)
+ *        transactional, max_batch_bytes, header_key, header_prefix, seq_base)
+ *   -> (bytearray, bytes)
  *
+ * header_key: None, or every record gets one header of that name whose value is
+ * header_prefix followed by (seq_base + the row index) as 8 big-endian bytes (the
+ * recovery key, connectors/kafka/sink/recovery.py).
  * values, keys: column specs (keys may be None); length: the arrays' row count;
  * rows: int64 row indices in produce order; groups: int64 boundaries into rows (one group per
  * target partition, n_groups + 1 entries); first_seqs: int32 base sequence of each group.
@@ -177,11 +182,16 @@ static int check_bounds(const column_t *c, Py_ssize_t n, const char *what) {
 static PyObject *encode(PyObject *module, PyObject *args) {
     PyObject *vspec, *kspec, *rows_o, *groups_o, *seqs_o;
     Py_ssize_t length;
-    long long ts, pid, max_batch;
+    long long ts, pid, max_batch, seq_base;
     int epoch, txn;
-    if (!PyArg_ParseTuple(args, "OOnOOOLLiiL", &vspec, &kspec, &length, &rows_o, &groups_o,
-                          &seqs_o, &ts, &pid, &epoch, &txn, &max_batch))
+    const char *hk = NULL, *hp = NULL;
+    Py_ssize_t hklen = 0, hplen = 0;
+    if (!PyArg_ParseTuple(args, "OOnOOOLLiiLz#y#L", &vspec, &kspec, &length, &rows_o,
+                          &groups_o, &seqs_o, &ts, &pid, &epoch, &txn, &max_batch, &hk, &hklen,
+                          &hp, &hplen, &seq_base))
         return NULL;
+    /* one header: name length, name, value length, prefix, 8-byte seq */
+    int64_t hdr = hk ? varint_size(hklen) + hklen + varint_size(hplen + 8) + hplen + 8 : 0;
     column_t vals, keys;
     Py_buffer rb = {0}, gb = {0}, sb = {0};
     PyObject *out = NULL, *meta = NULL, *result = NULL;
@@ -216,14 +226,14 @@ static PyObject *encode(PyObject *module, PyObject *args) {
         for (int64_t i = groups[g]; i < groups[g + 1]; i++) {
             const uint8_t *p;
             int64_t kl = column_get(&keys, rows[i], &p), vl = column_get(&vals, rows[i], &p);
-            int64_t body = body_size(count, kl, vl);
+            int64_t body = body_size(count, kl, vl, hdr);
             int64_t rec = varint_size(body) + body;
             if (count && size + rec > max_batch) {
                 total += size;
                 n_batches++;
                 size = 0;
                 count = 0;
-                body = body_size(0, kl, vl);
+                body = body_size(0, kl, vl, hdr);
                 rec = varint_size(body) + body;
             }
             if (!count) size = BATCH_HEADER;
@@ -253,7 +263,7 @@ static PyObject *encode(PyObject *module, PyObject *args) {
             if (!last) {
                 kl = column_get(&keys, rows[i], &kp);
                 vl = column_get(&vals, rows[i], &vp);
-                int64_t body = body_size(count, kl, vl);
+                int64_t body = body_size(count, kl, vl, hdr);
                 rec = varint_size(body) + body;
             }
             if (h && (last || (o - h) + rec > max_batch)) {
@@ -269,7 +279,7 @@ static PyObject *encode(PyObject *module, PyObject *args) {
                 be64(h + 35, (uint64_t)ts);
                 be64(h + 43, (uint64_t)pid);
                 be16(h + 51, (uint16_t)epoch);
-                be32(h + 53, (uint32_t)seq);
+                be32(h + 53, (uint32_t)(seq % 2147483648LL)); /* sequences wrap at 2^31 */
                 be32(h + 57, (uint32_t)count);
                 be32(h + 17, crc32c(h + 21, (size_t)(size - 21)));
                 m[0] = g;
@@ -281,7 +291,7 @@ static PyObject *encode(PyObject *module, PyObject *args) {
                 h = NULL;
                 count = 0;
                 if (!last) {
-                    int64_t body = body_size(0, kl, vl);
+                    int64_t body = body_size(0, kl, vl, hdr);
                     rec = varint_size(body) + body;
                 }
             }
@@ -290,7 +300,7 @@ static PyObject *encode(PyObject *module, PyObject *args) {
                 h = o;
                 o += BATCH_HEADER;
             }
-            o = put_varint(o, body_size(count, kl, vl)); /* the record's length */
+            o = put_varint(o, body_size(count, kl, vl, hdr)); /* the record's length */
             *o++ = 0; /* attributes */
             *o++ = 0; /* timestamp delta */
             o = put_varint(o, count);
@@ -304,7 +314,19 @@ static PyObject *encode(PyObject *module, PyObject *args) {
                 memcpy(o, vp, (size_t)vl);
                 o += vl;
             }
-            *o++ = 0; /* no headers */
+            if (hk) {
+                *o++ = 2; /* one header (zigzag varint) */
+                o = put_varint(o, hklen);
+                memcpy(o, hk, (size_t)hklen);
+                o += hklen;
+                o = put_varint(o, hplen + 8);
+                memcpy(o, hp, (size_t)hplen);
+                o += hplen;
+                be64(o, (uint64_t)(seq_base + rows[i]));
+                o += 8;
+            } else {
+                *o++ = 0; /* no headers */
+            }
             count++;
         }
     }

@@ -78,14 +78,15 @@ KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
         "path is not available (not CPython, a confluent-kafka build whose client it cannot "
         "confirm, or, for recovery keys, the `_keyed_produce` extension not built)"),
     Opt("wireProduce", "wire_produce", BOOLEAN, True,
-        help="with `transactional=true`, a `topic` option and no `headers` column: the sink "
-        "writes Kafka record batches from the Arrow buffers itself and sends them with "
-        "Kafka's own requests, in the same transaction protocol (InitProducerId fencing, "
-        "AddPartitionsToTxn, EndTxn), about half the CPU per record of librdkafka's path "
-        "(see [Cost](#cost)). It speaks PLAINTEXT, SSL with PEM files, and SASL PLAIN or "
-        "SCRAM, and writes uncompressed batches; with GSSAPI or OAUTHBEARER, "
-        "`kafka.compression.type`, or the `_record_batch` extension not built, the sink "
-        "hands the records to librdkafka (and logs why once), as `false` does"),
+        help="without a `headers` column (and, with `transactional=true`, with a `topic` "
+        "option): the sink writes Kafka record batches from the Arrow buffers itself, the "
+        "recovery key included, and sends them with Kafka's own requests: the same "
+        "idempotent or transactional protocol (InitProducerId, AddPartitionsToTxn, EndTxn), "
+        "about half the CPU per record of librdkafka's path (see [Cost](#cost)). It speaks "
+        "PLAINTEXT, SSL with PEM files, and SASL PLAIN or SCRAM, and writes uncompressed "
+        "batches; with GSSAPI or OAUTHBEARER, `kafka.compression.type`, or the "
+        "`_record_batch` extension not built, the sink hands the records to librdkafka "
+        "(and logs why once), as `false` does"),
     Opt("recoveryKeyHeaders", "recovery_key_headers", BOOLEAN, False,
         help="with `transactional=true`: also put the `eo-rk` header on every record, for "
         "consumers that want to trace or dedupe records themselves (costs the header's CPU, "

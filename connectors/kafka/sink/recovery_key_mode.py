@@ -2,7 +2,8 @@
 
 :class:`RecoveryKeyWriter`: the recovery-key header ``eo-rk`` on every record, a started
 marker before the first record, and on a retry a scan that skips what is already there
-(:mod:`connectors.kafka.sink.recovery`). A cached idempotent producer per worker. The
+(:mod:`connectors.kafka.sink.recovery`). A cached idempotent producer per worker: by
+default record batches on the wire (:mod:`connectors.kafka.sink.wire`), else librdkafka. The
 steps every mode shares are :class:`connectors.kafka.sink.writer.KafkaWriter`'s.
 """
 
@@ -18,17 +19,19 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, Lease
-from connectors.kafka.sink import batch_produce, producers, recovery
+from connectors.kafka.sink import batch_produce, producers, recovery, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import NULL_KEY_RUN
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows
-from connectors.kafka.sink.writer import KafkaWriter
+from connectors.kafka.sink.writer import FP_MID_PRODUCE, KafkaWriter
 
 log = logging.getLogger(__name__)
 
 # Failpoint of this mode's step 2 (see the KafkaSink docstring).
 FP_AFTER_MARKER = "kafka_sink.after_marker"
+#: Rows per wire produce call: bounds the encoded bytes a task holds at once.
+WIRE_PIECE = 262_144
 
 
 class RecoveryKeyWriter(KafkaWriter):
@@ -41,7 +44,7 @@ class RecoveryKeyWriter(KafkaWriter):
         super().__init__(options, state, task)
         self.markers = recovery.MarkerStore(state.storage, state.root, state)
         self.marker: recovery.StartedMarker | None = None
-        self.lease: Lease[ProducerSlot] | None = None
+        self.lease: Lease[ProducerSlot] | Lease[wire.WireSlot] | None = None
 
     def header_prefix(self) -> bytes:
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
@@ -137,13 +140,70 @@ class RecoveryKeyWriter(KafkaWriter):
             consumer.close()
 
     def open_producer(self) -> ProducerSlot:
-        self.lease = producers.cached_producer(self.options.producer_conf)
+        conf = self.options.producer_conf
+        why = wire.unsupported(conf) if self.options.wire_produce else "wireProduce=false"
+        if why is not None and self.options.wire_produce:
+            wire.note_skipped(f"{FAMILY} {self.sink_id}: {why}")
+        if why is None:
+            try:
+                wire_lease = wire.cached_idempotent(conf, f"{FAMILY} {self.sink_id}",
+                                                    self.options.metadata_retry_timeout)
+            except wire.UnsupportedBroker as e:  # older than Kafka 2.1
+                wire.note_skipped(str(e))
+            else:
+                self.lease = wire_lease
+                return wire_lease.client  # type: ignore[return-value]  # a ProducerSlot's shape
+        self.lease = producers.cached_producer(conf)
         slot = self.lease.client
         # Anything a failed earlier task left in this worker's producer must be settled
         # before this task scans, or the scan could miss records still in flight.
         slot.producer.flush(self.options.flush_timeout)
         slot.errors.clear()
         return slot
+
+    def produce(self, slot: ProducerSlot, rows: Rows, parts: np.ndarray, todo: np.ndarray,
+                done: int = 0) -> int:
+        if not isinstance(slot, wire.WireSlot):
+            return super().produce(slot, rows, parts, todo, done)
+        if rows.headers is not None:
+            return self.produce_with_librdkafka(rows, parts, todo, done)
+        # 3. Record batches with the recovery key built in, per target topic, in pieces of
+        #    at most WIRE_PIECE rows (todo is grouped by target: a piece keeps each
+        #    partition's rows in seq order); mid_produce fires at its exact count.
+        header = (recovery.HEADER, self.header_prefix())
+        armed = failpoints.wants_count(FP_MID_PRODUCE)
+        count = done
+        topic_of = rows.topic_idx[todo]
+        for run in np.split(todo, np.flatnonzero(np.diff(topic_of)) + 1):
+            if not len(run):
+                continue
+            topic = rows.topics[int(rows.topic_idx[run[0]])]
+            cuts = list(range(WIRE_PIECE, len(run), WIRE_PIECE))
+            if armed is not None and count < armed < count + len(run):
+                cuts = sorted({*cuts, armed - count})
+            for piece in np.split(run, cuts):
+                count += slot.producer.produce(topic, int(parts[piece].max()) + 1,
+                                               rows.value_array, rows.keys, parts, piece,
+                                               header=header)
+                if armed is not None and count >= armed:
+                    failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+        return count - done
+
+    def produce_with_librdkafka(self, rows: Rows, parts: np.ndarray, todo: np.ndarray,
+                                done: int) -> int:
+        """A ``headers`` column: these records go through the worker's librdkafka
+        producer (the wire path writes no user headers), flushed before the task goes on."""
+        lease = producers.cached_producer(self.options.producer_conf)
+        try:
+            slot = lease.client
+            slot.errors.clear()
+            produced = super().produce(slot, rows, parts, todo, done)
+            self.flush(slot)
+        except BaseException:
+            lease.discard()
+            raise
+        lease.release()
+        return produced
 
     def on_failure(self, slot: ProducerSlot) -> None:
         # Settle or drop what the failed attempt queued: its retry may run in this worker

@@ -47,14 +47,6 @@ log = logging.getLogger(__name__)
 # Failpoint after this mode's commit (see the KafkaSink docstring).
 FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
 
-#: Why the wire path was not taken, logged once per process and reason.
-_WIRE_SKIPPED: set[str] = set()
-
-
-def _skip_wire(why: str) -> None:
-    if why not in _WIRE_SKIPPED:
-        _WIRE_SKIPPED.add(why)
-        log.info("%s; records go through librdkafka, not as record batches", why)
 
 
 class TransactionalWriter(KafkaWriter):
@@ -114,7 +106,7 @@ class TransactionalWriter(KafkaWriter):
             why = wire.unsupported(self.options.producer_conf)
             if why is None:
                 return self.write_wire(iter(batches), topic)
-            _skip_wire(f"{FAMILY} {self.sink_id}: {why}")
+            wire.note_skipped(f"{FAMILY} {self.sink_id}: {why}")
         return self.write_streaming(iter(batches), topic)
 
     def write_streaming(self, batches: Iterator[pa.RecordBatch], topic: str,
@@ -202,7 +194,7 @@ class TransactionalWriter(KafkaWriter):
                 fallback = first is not None and "headers" in first.schema.names
             except wire.UnsupportedBroker as e:
                 # A broker older than Kafka 2.1: librdkafka negotiates older versions.
-                _skip_wire(str(e))
+                wire.note_skipped(str(e))
                 fallback = True
             if not fallback:
                 if first is None:

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
+from connectors.kafka.common import ClientCache, Lease
 from connectors.kafka.sink.wire_protocol import (
     ADD_OFFSETS,
     ADD_PARTITIONS,
@@ -76,6 +77,17 @@ __all__ = ["CHUNK_BYTES", "Settings", "UnsupportedBroker", "WireError", "WirePro
            "available", "unsupported"]
 
 
+#: Why the wire path was not taken, logged once per process and reason.
+_SKIPPED: set[str] = set()
+
+
+def note_skipped(why: str) -> None:
+    """Log once per process and reason that records go through librdkafka."""
+    if why not in _SKIPPED:
+        _SKIPPED.add(why)
+        log.info("%s; records go through librdkafka, not as record batches", why)
+
+
 def available() -> bool:
     """Whether the record-batch encoder (the C extension) is built here."""
     return encoder_built()
@@ -106,7 +118,7 @@ def unsupported(conf: Mapping[str, Any]) -> str | None:
 class WireProducer:
     """One task attempt's transactional producer on Kafka's wire protocol."""
 
-    def __init__(self, settings: Settings, transactional_id: str, who: str,
+    def __init__(self, settings: Settings, transactional_id: str | None, who: str,
                  retry_timeout: float) -> None:
         self.settings = settings
         self.transactional_id = transactional_id
@@ -151,13 +163,15 @@ class WireProducer:
 
     def init(self, timeout: float) -> None:
         """``InitProducerId``: fences every older producer of this transactional.id and
-        completes or aborts its open transaction (retried while it is being completed)."""
+        completes or aborts its open transaction (retried while it is being completed).
+        Without a transactional.id: a producer id for idempotent writes (any broker)."""
         self.connect()
         body = string(self.transactional_id) + struct.pack(
             ">i", self.settings.transaction_timeout_ms)
 
         def ask() -> None:
-            r = self.txn_coordinator().call(INIT_PRODUCER_ID, body)
+            to = self.connect() if self.transactional_id is None else self.txn_coordinator()
+            r = to.call(INIT_PRODUCER_ID, body)
             _, error, pid, epoch = r.take(">ihqh")
             self._check(error, "InitProducerId", coordinator=True)
             self.producer_id, self.epoch = pid, epoch
@@ -166,6 +180,9 @@ class WireProducer:
                        max(timeout, self.retry_timeout))
 
     def txn_coordinator(self) -> Connection:
+        if self.transactional_id is None:
+            raise KafkaSinkError(f"{self.who}: no transaction without a transactional.id "
+                                 "(internal)")
         if self.coordinator is None:
             self.coordinator = self._find_coordinator(self.transactional_id, 1)
         return self.coordinator
@@ -265,9 +282,11 @@ class WireProducer:
         self.open = True
 
     def produce(self, topic: str, partition_count: int, values: pa.Array,
-                keys: pa.Array | None, parts: np.ndarray, order: np.ndarray) -> int:
-        """Send the rows ``order`` (grouped by target partition) to ``topic`` in this
-        transaction; returns the number of records."""
+                keys: pa.Array | None, parts: np.ndarray, order: np.ndarray,
+                header: tuple[str, bytes] | None = None) -> int:
+        """Send the rows ``order`` (grouped by target partition) to ``topic`` (in this
+        transaction, if transactional); returns the number of records. ``header``: a
+        recovery key on each record (``wire_protocol.encode``)."""
         if not len(order):
             return 0
         if len(self.leaders.get(topic, ())) < partition_count:
@@ -276,9 +295,10 @@ class WireProducer:
         if len(seqs) < len(self.leaders[topic]):  # new partitions start at sequence 0
             seqs = self.seqs[topic] = np.concatenate(
                 [seqs, np.zeros(len(self.leaders[topic]) - len(seqs), dtype=np.int64)])
-        data, batches, partitions = encode(values, keys, order, parts, seqs,
-                                           self.producer_id, self.epoch,
-                                           self.settings.max_batch_bytes)
+        data, batches, partitions = encode(
+            values, keys, order, parts, seqs, self.producer_id, self.epoch,
+            self.settings.max_batch_bytes, transactional=self.transactional_id is not None,
+            header=header)
         sizes = batches[:, 2] - batches[:, 1]
         if (sizes > self.settings.max_batch_bytes).any():  # one record alone is too big
             i = int(np.argmax(sizes))
@@ -288,7 +308,8 @@ class WireProducer:
                 f"{self.settings.max_batch_bytes} (option kafka.message.max.bytes; the "
                 "topic's max.message.bytes bounds it on the broker); nothing of the task is "
                 "committed")
-        self.add_partitions(topic, partitions[np.unique(batches[:, 0])].tolist())
+        if self.transactional_id is not None:
+            self.add_partitions(topic, partitions[np.unique(batches[:, 0])].tolist())
         pending = [(int(partitions[g]), int(a), int(b)) for g, a, b, _ in batches.tolist()]
         view = memoryview(data)
         deadline = time.monotonic() + self.retry_timeout
@@ -408,6 +429,14 @@ class WireProducer:
                        self.retry_timeout)
         self.open = False
 
+    # confluent-kafka's Producer.flush and purge, for the recovery-key mode's slot: every
+    # produce() call returns once the broker acknowledged its records.
+    def flush(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def purge(self) -> None:
+        pass
+
     def close(self) -> None:
         for conn in {id(c): c for c in (self.bootstrap, self.coordinator,
                                         *self.connections.values()) if c}.values():
@@ -443,3 +472,29 @@ class WireProducer:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
+
+
+class WireSlot:
+    """The recovery-key mode's producer on the wire: an idempotent :class:`WireProducer`
+    where the mode expects a ``ProducerSlot`` (``producer``, ``errors``, ``conf``)."""
+
+    def __init__(self, conf: Mapping[str, Any], who: str, retry_timeout: float) -> None:
+        self.conf = conf
+        self.errors: list[str] = []
+        self.producer = WireProducer(Settings.of(conf), None, who, retry_timeout)
+        self.producer.init(retry_timeout)
+
+
+#: Idempotent wire producers a worker keeps, one per sink configuration: a producer id
+#: serves task after task (a new one per task would leave the broker a producer state per
+#: partition for each, kept ``producer.id.expiration.ms``, a day by default).
+_IDEMPOTENT: ClientCache[WireSlot] = ClientCache(
+    "wire idempotent producers", 4, lambda slot: slot.producer.close())
+
+
+def cached_idempotent(conf: Mapping[str, Any], who: str,
+                      retry_timeout: float) -> Lease[WireSlot]:
+    """The worker's idempotent wire producer for ``conf`` (made on first use), held until
+    ``Lease.release()``; ``Lease.discard()`` after an error (its sequences are unknown)."""
+    key = tuple(sorted((str(k), str(v)) for k, v in conf.items()))
+    return _IDEMPOTENT.acquire(key, lambda: WireSlot(conf, who, retry_timeout))

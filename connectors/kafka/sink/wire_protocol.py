@@ -193,22 +193,26 @@ def column(arr: pa.Array | None) -> tuple[Any, ...] | None:
 
 
 def encode(values: pa.Array, keys: pa.Array | None, order: np.ndarray, parts: np.ndarray,
-           seqs: np.ndarray, producer_id: int, epoch: int,
-           max_batch_bytes: int) -> tuple[bytearray, np.ndarray, np.ndarray]:
-    """The rows ``order`` (grouped by partition, ``parts[order]`` ascending) as transactional
-    record batches: ``(data, batches, partitions)``, ``batches`` an ``(n, 4)`` array of
-    (group, start, end, records), ``partitions`` each group's partition. ``seqs`` holds each
-    partition's next sequence and is advanced."""
+           seqs: np.ndarray, producer_id: int, epoch: int, max_batch_bytes: int, *,
+           transactional: bool = True, header: tuple[str, bytes] | None = None,
+           seq_base: int = 0) -> tuple[bytearray, np.ndarray, np.ndarray]:
+    """The rows ``order`` (grouped by partition, ``parts[order]`` ascending) as record
+    batches: ``(data, batches, partitions)``, ``batches`` an ``(n, 4)`` array of (group,
+    start, end, records), ``partitions`` each group's partition. ``seqs`` holds each
+    partition's next sequence and is advanced. ``header``: (name, value prefix) of a header
+    on every record whose value ends in ``seq_base`` + the row index (8 bytes)."""
     if _record_batch is None:
         raise KafkaSinkError(f"{FAMILY}: the _record_batch extension is not built (internal)")
     target = parts[order]
     cut = np.flatnonzero(np.diff(target)) + 1
     starts = np.concatenate(([0], cut, [len(order)])).astype(np.int64)
     partitions = target[starts[:-1]].astype(np.int64)
-    first = seqs[partitions].astype(np.int32)
+    first = (seqs[partitions] % (1 << 31)).astype(np.int32)
+    name, prefix = header if header is not None else (None, b"")
     data, meta = _record_batch.encode(
         column(values), column(keys), len(values), np.ascontiguousarray(order, np.int64),
-        starts, first, int(time.time() * 1000), producer_id, epoch, 1, max_batch_bytes)
+        starts, first, int(time.time() * 1000), producer_id, epoch, int(transactional),
+        max_batch_bytes, name, prefix, seq_base)
     batches = np.frombuffer(meta, dtype=np.int64).reshape(-1, 4)
     np.add.at(seqs, partitions[batches[:, 0]], batches[:, 3])
     return data, batches, partitions
