@@ -10,6 +10,7 @@ from unittest import mock
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from connectors.kafka.sink import wire, wire_protocol
 
@@ -149,3 +150,30 @@ def test_scram_proof_matches_rfc_7677():
     assert sent[0] == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     assert sent[1] == (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
                        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+
+
+def test_a_connection_that_breaks_mid_request_names_the_broker_and_the_request():
+    """A listener that accepts and closes at once: the request's outcome is unknown, so the
+    error says which broker and which request, and that the task's retry takes over."""
+    import socket
+    import threading
+
+    from connectors.core.errors import KafkaSinkError
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def accept_and_close() -> None:
+        conn, _ = server.accept()
+        conn.close()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+    settings = wire.Settings.of({"bootstrap.servers": f"127.0.0.1:{port}"})
+    conn = wire_protocol.Connection("127.0.0.1", port, settings)
+    try:
+        with pytest.raises(KafkaSinkError, match=rf"broker 127.0.0.1:{port} broke during "
+                                                 r"InitProducerId.*retry"):
+            conn.call(wire_protocol.INIT_PRODUCER_ID, b"\xff\xff\x00\x00\x00\x00")
+    finally:
+        conn.close()
+        server.close()

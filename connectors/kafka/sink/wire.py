@@ -202,7 +202,11 @@ class WireProducer:
         conn = self.connections.get(node)
         if conn is None:
             host, port = self.brokers[node]
-            conn = Connection(host, port, self.settings)
+            try:
+                conn = Connection(host, port, self.settings)
+            except OSError as e:
+                raise KafkaSinkError(f"{self.who}: cannot connect to broker {node} at "
+                                     f"{host}:{port}: {e}") from None
             self.connections[node] = conn
         return conn
 

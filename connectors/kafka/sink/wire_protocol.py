@@ -244,15 +244,21 @@ class Connection:
         self.next_id += 1
         header = struct.pack(">hhi", api, VERSIONS.get(api, 0), self.next_id) + self.client_id
         size = len(header) + sum(len(p) for p in parts)
-        self.sock.sendall(struct.pack(">i", size) + header)
-        for p in parts:
-            self.sock.sendall(p)
+        try:
+            self.sock.sendall(struct.pack(">i", size) + header)
+            for p in parts:
+                self.sock.sendall(p)
+        except OSError as e:
+            raise self.lost(api, e) from None
         self.waiting.append((self.next_id, api))
 
     def receive(self) -> _Reader:
         expected, api = self.waiting.pop(0)
-        size = struct.unpack(">i", self._read(4))[0]
-        body = self._read(size)
+        try:
+            size = struct.unpack(">i", self._read(4))[0]
+            body = self._read(size)
+        except OSError as e:
+            raise self.lost(api, e) from None
         got = struct.unpack_from(">i", body)[0]
         if got != expected:
             raise KafkaSinkError(f"{FAMILY}: {self.address} answered request {got}, expected "
@@ -274,6 +280,14 @@ class Connection:
                 raise ConnectionError(f"{self.address} closed the connection")
             got += k
         return buf
+
+    def lost(self, api: int, error: OSError) -> KafkaSinkError:
+        """A connection that broke mid-request: what was sent has an unknown outcome, so
+        the task fails (its retry fences or scans, as after any failed attempt)."""
+        return KafkaSinkError(
+            f"{FAMILY}: the connection to broker {self.address} broke during "
+            f"{API_NAMES.get(api, f'request {api}')}: {error or type(error).__name__}; the task "
+            "fails and its retry writes what this attempt did not commit")
 
     def close(self) -> None:
         try:
