@@ -140,7 +140,10 @@ def deterministic_order(table: pa.Table) -> pa.Table:
         order = pc.sort_indices(
             work, sort_keys=[(c, "ascending") for c in cols], null_placement="at_start"
         )
-    return table.take(order)
+    # One chunk first: take() with scattered indices over a chunked table resolves the
+    # chunk of every index (measured: 225 ms for 500,000 rows in Spark's 50 Arrow batches,
+    # against 5 ms to combine and take).
+    return table.combine_chunks().take(order)
 
 
 def check_columns(schema: pa.Schema, topic: str | None) -> None:
