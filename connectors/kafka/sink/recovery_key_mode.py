@@ -10,6 +10,7 @@ steps every mode shares are :class:`connectors.kafka.sink.writer.KafkaWriter`'s.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka.common import FAMILY, Lease
+from connectors.kafka.common import FAMILY, ClientCache, Lease
 from connectors.kafka.sink import batch_produce, producers, recovery, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import NULL_KEY_RUN
@@ -34,6 +35,32 @@ FP_AFTER_MARKER = "kafka_sink.after_marker"
 WIRE_PIECE = 262_144
 
 
+class WireSlot:
+    """The recovery-key mode's producer on the wire: an idempotent ``wire.WireProducer``
+    where the mode expects a ``ProducerSlot`` (``producer``, ``errors``, ``conf``)."""
+
+    def __init__(self, conf: Mapping[str, Any], who: str, retry_timeout: float) -> None:
+        self.conf = conf
+        self.errors: list[str] = []
+        self.producer = wire.WireProducer(wire.Settings.of(conf), None, who, retry_timeout)
+        self.producer.init(retry_timeout)
+
+
+#: Idempotent wire producers a worker keeps, one per sink configuration: a producer id
+#: serves task after task (a new one per task would leave the broker a producer state per
+#: partition for each, kept ``producer.id.expiration.ms``, a day by default).
+_IDEMPOTENT: ClientCache[WireSlot] = ClientCache(
+    "wire idempotent producers", 4, lambda slot: slot.producer.close())
+
+
+def cached_idempotent(conf: Mapping[str, Any], who: str,
+                      retry_timeout: float) -> Lease[WireSlot]:
+    """The worker's idempotent wire producer for ``conf`` (made on first use), held until
+    ``Lease.release()``; ``Lease.discard()`` after an error (its sequences are unknown)."""
+    key = tuple(sorted((str(k), str(v)) for k, v in conf.items()))
+    return _IDEMPOTENT.acquire(key, lambda: WireSlot(conf, who, retry_timeout))
+
+
 class RecoveryKeyWriter(KafkaWriter):
     """Recovery keys and started markers; a cached idempotent producer per worker."""
 
@@ -44,7 +71,7 @@ class RecoveryKeyWriter(KafkaWriter):
         super().__init__(options, state, task)
         self.markers = recovery.MarkerStore(state.storage, state.root, state)
         self.marker: recovery.StartedMarker | None = None
-        self.lease: Lease[ProducerSlot] | Lease[wire.WireSlot] | None = None
+        self.lease: Lease[ProducerSlot] | Lease[WireSlot] | None = None
 
     def header_prefix(self) -> bytes:
         return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
@@ -146,7 +173,7 @@ class RecoveryKeyWriter(KafkaWriter):
             wire.note_skipped(f"{FAMILY} {self.sink_id}: {why}")
         if why is None:
             try:
-                wire_lease = wire.cached_idempotent(conf, f"{FAMILY} {self.sink_id}",
+                wire_lease = cached_idempotent(conf, f"{FAMILY} {self.sink_id}",
                                                     self.options.metadata_retry_timeout)
             except wire.UnsupportedBroker as e:  # older than Kafka 2.1
                 wire.note_skipped(str(e))
@@ -163,7 +190,7 @@ class RecoveryKeyWriter(KafkaWriter):
 
     def produce(self, slot: ProducerSlot, rows: Rows, parts: np.ndarray, todo: np.ndarray,
                 done: int = 0) -> int:
-        if not isinstance(slot, wire.WireSlot):
+        if not isinstance(slot, WireSlot):
             return super().produce(slot, rows, parts, todo, done)
         if rows.headers is not None:
             return self.produce_with_librdkafka(rows, parts, todo, done)

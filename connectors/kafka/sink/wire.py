@@ -40,7 +40,6 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka.common import ClientCache, Lease
 from connectors.kafka.sink.wire_protocol import (
     ADD_OFFSETS,
     ADD_PARTITIONS,
@@ -476,29 +475,3 @@ class WireProducer:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-
-
-class WireSlot:
-    """The recovery-key mode's producer on the wire: an idempotent :class:`WireProducer`
-    where the mode expects a ``ProducerSlot`` (``producer``, ``errors``, ``conf``)."""
-
-    def __init__(self, conf: Mapping[str, Any], who: str, retry_timeout: float) -> None:
-        self.conf = conf
-        self.errors: list[str] = []
-        self.producer = WireProducer(Settings.of(conf), None, who, retry_timeout)
-        self.producer.init(retry_timeout)
-
-
-#: Idempotent wire producers a worker keeps, one per sink configuration: a producer id
-#: serves task after task (a new one per task would leave the broker a producer state per
-#: partition for each, kept ``producer.id.expiration.ms``, a day by default).
-_IDEMPOTENT: ClientCache[WireSlot] = ClientCache(
-    "wire idempotent producers", 4, lambda slot: slot.producer.close())
-
-
-def cached_idempotent(conf: Mapping[str, Any], who: str,
-                      retry_timeout: float) -> Lease[WireSlot]:
-    """The worker's idempotent wire producer for ``conf`` (made on first use), held until
-    ``Lease.release()``; ``Lease.discard()`` after an error (its sequences are unknown)."""
-    key = tuple(sorted((str(k), str(v)) for k, v in conf.items()))
-    return _IDEMPOTENT.acquire(key, lambda: WireSlot(conf, who, retry_timeout))
