@@ -125,11 +125,7 @@ class TransactionalWriter(KafkaWriter):
             # source's read, upstream in the same task): the fence and the fact read are
             # done when they come. The marker (2E) still waits for a row.
             fence = Background(lambda: self.fence(slot), name="eo-kafka-sink-fence")
-            try:
-                first = next((x for x in batches if x.num_rows), None)
-            finally:
-                report.input_seconds = time.perf_counter() - began
-                fence.join()
+            first = self.first_rows(batches, fence, began)
             fence.result()
             if first is None:
                 return report
@@ -151,10 +147,7 @@ class TransactionalWriter(KafkaWriter):
                 report.produced += self.produce(slot, rows, routing.parts, order,
                                                 done=report.produced)
                 report.rows += rows.n
-                for t, parts in routing.partition_counts().items():
-                    dst = report.partitions.setdefault(t, {})
-                    for p, n in parts.items():
-                        dst[p] = dst.get(p, 0) + n
+                self.count(routing)
             self.settle(slot, None)
         return self.finish(began)
 
@@ -184,11 +177,7 @@ class TransactionalWriter(KafkaWriter):
         with self.wire_attempt(producer, topic):
             # 2T. during the wait for the first rows, as in write_streaming.
             fence_thread = Background(fence, name="eo-kafka-sink-fence")
-            try:
-                first = next((x for x in batches if x.num_rows), None)
-            finally:
-                report.input_seconds = time.perf_counter() - began
-                fence_thread.join()
+            first = self.first_rows(batches, fence_thread, began)
             try:
                 fence_thread.result()
                 fallback = first is not None and "headers" in first.schema.names
@@ -290,8 +279,22 @@ class TransactionalWriter(KafkaWriter):
             if armed is not None and report.produced >= armed:
                 failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, report.produced)
         report.rows += rows.n
+        self.count(routing)
+
+    def first_rows(self, batches: Iterator[pa.RecordBatch], fence: Background[None],
+                   began: float) -> pa.RecordBatch | None:
+        """The task's first non-empty Arrow batch (None: it has none), with ``fence`` (2T,
+        on its thread meanwhile) joined, failed or not; the caller takes its result."""
+        try:
+            return next((x for x in batches if x.num_rows), None)
+        finally:
+            self.report.input_seconds = time.perf_counter() - began
+            fence.join()
+
+    def count(self, routing: Routing) -> None:
+        """Add a chunk's rows per target partition to the task's report."""
         for t, parts in routing.partition_counts().items():
-            dst = report.partitions.setdefault(t, {})
+            dst = self.report.partitions.setdefault(t, {})
             for p, n in parts.items():
                 dst[p] = dst.get(p, 0) + n
 
