@@ -200,20 +200,11 @@ class RecoveryKeyWriter(KafkaWriter):
         header = (recovery.HEADER, self.header_prefix())
         armed = failpoints.wants_count(FP_MID_PRODUCE)
         count = done
-        topic_of = rows.topic_idx[todo]
-        for run in np.split(todo, np.flatnonzero(np.diff(topic_of)) + 1):
-            if not len(run):
-                continue
-            topic = rows.topics[int(rows.topic_idx[run[0]])]
-            cuts = list(range(WIRE_PIECE, len(run), WIRE_PIECE))
-            if armed is not None and count < armed < count + len(run):
-                cuts = sorted({*cuts, armed - count})
-            for piece in np.split(run, cuts):
-                count += slot.producer.produce(topic, int(parts[piece].max()) + 1,
-                                               rows.value_array, rows.keys, parts, piece,
-                                               header=header)
-                if armed is not None and count >= armed:
-                    failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
+        for topic, piece in self.pieces(rows, todo, done, armed, WIRE_PIECE):
+            count += slot.producer.produce(topic, int(parts[piece].max()) + 1,
+                                           rows.value_array, rows.keys, parts, piece,
+                                           header=header)
+            self.mid_produce(slot.producer, count, armed)
         return count - done
 
     def produce_with_librdkafka(self, rows: Rows, parts: np.ndarray, todo: np.ndarray,

@@ -269,15 +269,10 @@ class TransactionalWriter(KafkaWriter):
         routing = route(rows, counts, self.sink_id, start, first_seq=report.rows)
         order = np.argsort(routing.parts, kind="stable")
         armed = failpoints.wants_count(FP_MID_PRODUCE)
-        pieces = [order]
-        if armed is not None and report.produced < armed < report.produced + rows.n:
-            cut = armed - report.produced
-            pieces = [order[:cut], order[cut:]]
-        for piece in pieces:
+        for _, piece in self.pieces(rows, order, report.produced, armed):
             report.produced += producer.produce(topic, counts[topic], rows.value_array,
                                                 rows.keys, routing.parts, piece)
-            if armed is not None and report.produced >= armed:
-                failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, report.produced)
+            self.mid_produce(producer, report.produced, armed)
         report.rows += rows.n
         self.count(routing)
 

@@ -300,22 +300,35 @@ class KafkaWriter:
             producer.poll(0.001)
 
         count = done
+        for topic, piece in self.pieces(rows, todo, done, armed):
+            if prefix is None:
+                count += batch_produce.produce(rk, topic, rows.value_array, rows.keys,
+                                               parts, piece, wait)
+            else:
+                count += batch_produce.produce_keyed(
+                    producer, slot.on_delivery, rk, topic, rows.value_array, rows.keys,
+                    parts, piece, recovery.HEADER, prefix, wait)
+            self.mid_produce(producer, count, armed)
+        return count - done
+
+    def pieces(self, rows: Rows, todo: np.ndarray, done: int, armed: int | None,
+               most: int = 0) -> Iterator[tuple[str, np.ndarray]]:
+        """``(topic, piece)`` in produce order: ``todo`` (grouped by target) cut at each
+        change of topic, at the ``mid_produce`` failpoint's count (``done`` records went
+        before), and into pieces of at most ``most`` rows (0: no bound). Every piece is
+        produced whole before the next is asked for."""
+        count = done
         topic_of = rows.topic_idx[todo]
         for run in np.split(todo, np.flatnonzero(np.diff(topic_of)) + 1):
-            topic = rows.topics[int(rows.topic_idx[run[0]])]
-            pieces = [run]
+            if not len(run):
+                continue
+            cuts = set(range(most, len(run), most)) if most else set()
             if armed is not None and count < armed < count + len(run):
-                pieces = [run[:armed - count], run[armed - count:]]
-            for piece in pieces:
-                if prefix is None:
-                    count += batch_produce.produce(rk, topic, rows.value_array, rows.keys,
-                                                   parts, piece, wait)
-                else:
-                    count += batch_produce.produce_keyed(
-                        producer, slot.on_delivery, rk, topic, rows.value_array, rows.keys,
-                        parts, piece, recovery.HEADER, prefix, wait)
-                self.mid_produce(producer, count, armed)
-        return count - done
+                cuts.add(armed - count)
+            topic = rows.topics[int(rows.topic_idx[run[0]])]
+            for piece in np.split(run, sorted(cuts)):
+                yield topic, piece
+            count += len(run)
 
     def flush(self, slot: ProducerSlot) -> None:
         b, w, timeout = self.task.batch_id, self.task.writer_id, self.options.flush_timeout
