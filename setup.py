@@ -2,8 +2,8 @@
 
 - ``_keyed_produce``: the recovery-key mode's produce loop
   (connectors/kafka/sink/_keyed_produce.c);
-- ``_record_batch``: Kafka record batches built from Arrow buffers, the transactional
-  mode's wire path (connectors/kafka/sink/_record_batch.c).
+- ``_record_batch``: Kafka record batches built from Arrow buffers, both modes' wire path,
+  and the row hash of the recovery-key mode's order (connectors/kafka/sink/_record_batch.c).
 
 Both are optional: where they cannot be built (no C compiler), the install still succeeds
 and the sink hands its records to librdkafka instead, a slower path with the same records

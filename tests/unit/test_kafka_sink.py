@@ -14,6 +14,7 @@ from connectors.kafka.sink import (
     KafkaSink,
     check_producer_config,
     deterministic_order,
+    ordering,
     partitioner,
     recovery,
 )
@@ -73,14 +74,16 @@ def _rows(n: int = 300) -> list[dict]:
     return rows
 
 
-def test_order_is_the_same_whatever_the_input_order_and_batching():
+@pytest.mark.parametrize("order", ordering.ORDERS)
+def test_order_is_the_same_whatever_the_input_order_and_batching(order):
     rows = _rows()
-    first = deterministic_order(pa.Table.from_pylist(rows))
+    first = deterministic_order(pa.Table.from_pylist(rows), order)
     for seed in range(3):
         shuffled = rows[:]
         random.Random(seed).shuffle(shuffled)
         table = pa.Table.from_pylist(shuffled)
-        again = deterministic_order(pa.Table.from_batches(table.to_batches(max_chunksize=17)))
+        again = deterministic_order(pa.Table.from_batches(table.to_batches(max_chunksize=17)),
+                                    order)
         assert again.to_pylist() == first.to_pylist()
 
 
@@ -89,7 +92,7 @@ def test_order_is_by_key_then_value_nulls_first():
         "key": [b"b", None, b"a", b"a", None],
         "value": [b"1", b"9", b"2", b"1", None],
     })
-    out = deterministic_order(table).to_pylist()
+    out = deterministic_order(table, ordering.SORTED).to_pylist()
     assert [(r["key"], r["value"]) for r in out] == [
         (None, None), (None, b"9"), (b"a", b"1"), (b"a", b"2"), (b"b", b"1"),
     ]
@@ -105,8 +108,9 @@ def test_order_breaks_ties_on_topic_partition_and_headers():
     rows = [row("t2", 0, b"2"), row("t1", 1, b"1"), row("t1", 1, b"0"), row("t1", 0, None)]
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("headers", hdr)])
-    a = deterministic_order(pa.Table.from_pylist(rows, schema=schema)).to_pylist()
-    b = deterministic_order(pa.Table.from_pylist(rows[::-1], schema=schema)).to_pylist()
+    a = deterministic_order(pa.Table.from_pylist(rows, schema=schema), ordering.SORTED).to_pylist()
+    b = deterministic_order(pa.Table.from_pylist(rows[::-1], schema=schema),
+                            ordering.SORTED).to_pylist()
     assert a == b
     assert [(r["topic"], r["partition"]) for r in a] == [("t1", 0), ("t1", 1), ("t1", 1), ("t2", 0)]
     assert a[1]["headers"][0]["value"] == b"0"

@@ -49,6 +49,7 @@ from connectors.core.sink_state import SinkState
 from connectors.core.storage import Storage
 from connectors.kafka import access
 from connectors.kafka.common import FAMILY
+from connectors.kafka.sink import ordering
 from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,8 @@ class StartedMarker:
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     #: Null-key rows per partition run the attempt routed with.
     null_key_run: int = NULL_KEY_RUN
+    #: The deterministic order its seqs number (``connectors.kafka.sink.ordering``).
+    order: str = ordering.SORTED
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -168,6 +171,7 @@ class StartedMarker:
                 "watermarks": self.watermarks,
                 "created_ms": self.created_ms,
                 "null_key_run": self.null_key_run,
+                "order": self.order,
             },
             sort_keys=True,
         ).encode()
@@ -185,6 +189,7 @@ class StartedMarker:
             },
             created_ms=int(d.get("created_ms", 0)),
             null_key_run=int(d.get("null_key_run", LEGACY_NULL_KEY_RUN)),
+            order=str(d.get("order", ordering.SORTED)),
         )
 
     def start_offsets(self) -> dict[tuple[str, int], int]:

@@ -20,7 +20,7 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, ClientCache, Lease
-from connectors.kafka.sink import batch_produce, producers, recovery, wire
+from connectors.kafka.sink import batch_produce, ordering, producers, recovery, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import NULL_KEY_RUN
 from connectors.kafka.sink.producers import ProducerSlot
@@ -71,6 +71,7 @@ class RecoveryKeyWriter(KafkaWriter):
         super().__init__(options, state, task)
         self.markers = recovery.MarkerStore(state.storage, state.root, state)
         self.marker: recovery.StartedMarker | None = None
+        self.order = ordering.default()
         self.lease: Lease[ProducerSlot] | Lease[WireSlot] | None = None
 
     def header_prefix(self) -> bytes:
@@ -85,6 +86,22 @@ class RecoveryKeyWriter(KafkaWriter):
             return None
         return batch_produce.handle(producer)
 
+    def row_order(self) -> str:
+        """A retry numbers its rows in the order its first attempt did (so it reads the
+        started marker here, before the rows are ordered)."""
+        self.marker = self.markers.get(self.task.batch_id, self.task.writer_id)
+        if self.marker is None:
+            self.order = ordering.default()
+            return self.order
+        if self.marker.order not in ordering.ORDERS:
+            raise KafkaSinkError(
+                f"{FAMILY} {self.sink_id}: the started marker of batch {self.task.batch_id} "
+                f"writer {self.task.writer_id} numbers rows in order {self.marker.order!r}, "
+                f"which this version does not know ({', '.join(ordering.ORDERS)}); retry "
+                "with the version of the connector that wrote it")
+        self.order = self.marker.order
+        return self.order
+
     def null_key_run(self) -> int:
         """A retry routes null keys in the runs its first attempt used (markers from before
         the run was recorded: the run of that time)."""
@@ -92,8 +109,7 @@ class RecoveryKeyWriter(KafkaWriter):
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """A retry routes with the counts its first attempt recorded, so partitions added
-        in between do not move its rows."""
-        self.marker = self.markers.get(self.task.batch_id, self.task.writer_id)
+        in between do not move its rows (``row_order`` read the marker)."""
         counts = dict(self.marker.partition_counts) if self.marker is not None else {}
         missing = [t for t in topics if t not in counts]
         if missing:
@@ -116,6 +132,7 @@ class RecoveryKeyWriter(KafkaWriter):
                 writer=w,
                 partition_counts=routing.counts,
                 null_key_run=self.null_key_run(),
+                order=self.order,
                 watermarks=self.watermarks(list(routing.tp_of.values())),
             ))
             failpoints.hit(FP_AFTER_MARKER, b)

@@ -32,12 +32,13 @@ from connectors.core.storage import require_directory, storage_for
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import recovery, targets
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS, KafkaSinkOptions
+from connectors.kafka.sink.ordering import deterministic_order  # noqa: F401
 from connectors.kafka.sink.producers import (  # noqa: F401 - public names of this module
     PRODUCER_DEFAULTS,
     check_producer_config,
 )
 from connectors.kafka.sink.recovery_key_mode import RecoveryKeyWriter
-from connectors.kafka.sink.rows import check_columns, deterministic_order  # noqa: F401
+from connectors.kafka.sink.rows import check_columns
 from connectors.kafka.sink.transactional_mode import TransactionalWriter
 from connectors.kafka.sink.writer import KafkaWriter, TaskReport
 

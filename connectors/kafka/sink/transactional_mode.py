@@ -60,7 +60,8 @@ class TransactionalWriter(KafkaWriter):
     header unless ``recoveryKeyHeaders=true``, no sort), adds the fact, and commits.
     """
 
-    ordered = False
+    def row_order(self) -> str | None:
+        return None  # one transaction per attempt: no seq to number
 
     def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
         super().__init__(options, state, task)

@@ -38,11 +38,12 @@ from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka import access
 from connectors.kafka.common import FAMILY, retrying
-from connectors.kafka.sink import batch_produce, producers, recovery, targets
+from connectors.kafka.sink import batch_produce, ordering, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.sink.ordering import deterministic_order
 from connectors.kafka.sink.partitioner import NULL_KEY_RUN, null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
-from connectors.kafka.sink.rows import Routing, Rows, deterministic_order, picker, route, shape
+from connectors.kafka.sink.rows import Routing, Rows, picker, route, shape
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,9 @@ class KafkaWriter:
             table = pa.Table.from_batches(chunks) if chunks else None
             if table is None or table.num_rows == 0:
                 return report
-            if self.ordered and not self.options.deterministic_order:
-                table = deterministic_order(table)
+            numbering = self.row_order()
+            if numbering is not None and not self.options.deterministic_order:
+                table = deterministic_order(table, numbering)
             rows = shape(table, self.options.topic, self.sink_id)
             report.rows = rows.n
             counts = self.partition_counts(rows.topics)
@@ -169,8 +171,10 @@ class KafkaWriter:
         return report
 
     # -- hooks of a delivery mode ------------------------------------------------------------
-    #: Whether rows are put in a deterministic order first (the recovery keys' seq needs it).
-    ordered = True
+    def row_order(self) -> str | None:
+        """The deterministic order rows are numbered in (:mod:`connectors.kafka.sink.ordering`;
+        the recovery keys' seq needs one), or None to keep them as they come."""
+        return ordering.default()
 
     def null_key_run(self) -> int:
         """Null-key rows per partition run (after :meth:`partition_counts`)."""
