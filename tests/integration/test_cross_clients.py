@@ -108,7 +108,7 @@ def test_spark_jvm_source_reads_each_sink_row_once_after_a_replay(
     for _k, _v, _p, _o, headers in rows:
         assert headers is not None and [h for h, _ in headers] == [recovery.HEADER]
         key = recovery.decode(headers[0][1])
-        assert key.sink_id == sink_id
+        assert key.of_sink(sink_id)
         batches.add(key.batch_id)
     assert batches == {0, 1, 2}
     if transactional:

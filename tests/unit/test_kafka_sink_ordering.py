@@ -100,28 +100,37 @@ def test_an_unknown_order_is_refused():
         ordering.deterministic_order(_table(_rows(3)), "fancy")
 
 
-def test_the_marker_records_its_order_and_an_old_marker_means_sorted():
-    marker = recovery.StartedMarker("s", 3, 1, {"b": 4}, {"b": {"0": 1}}, order=ordering.HASHED)
+def test_the_marker_records_order_and_key_version_and_an_old_marker_means_sorted_v1():
+    marker = recovery.StartedMarker("s", 3, 1, {"b": 4}, {"b": {"0": 1}}, order=ordering.HASHED,
+                                    key_version=2)
     back = recovery.StartedMarker.from_record(json.loads(marker.to_json()))
-    assert back.order == ordering.HASHED
+    assert (back.order, back.key_version) == (ordering.HASHED, 2)
     old = json.loads(marker.to_json())
-    del old["order"]
-    assert recovery.StartedMarker.from_record(old).order == ordering.SORTED
+    del old["order"], old["key_version"]
+    back = recovery.StartedMarker.from_record(old)
+    assert (back.order, back.key_version) == (ordering.SORTED, 1)
 
 
-def test_a_retry_numbers_rows_in_the_order_its_first_attempt_did(tmp_path):
+def test_a_retry_numbers_and_keys_rows_as_its_first_attempt_did(tmp_path):
+    """The started marker names the row order and the recovery-key version: a retry after
+    an upgrade finishes its task in those (the scan must find its first attempt's keys)."""
     sink = KafkaSink("s", str(tmp_path), bootstrap_servers="h:1", topic="t")
     state = sink._state()
+    markers = recovery.MarkerStore(state.storage, state.root, state)
 
-    def order_of(batch: int) -> str | None:
-        return writer_for(sink.options, state, TaskInfo(batch, 0)).row_order()
+    def attempt(batch: int) -> tuple[str | None, int]:
+        writer = writer_for(sink.options, state, TaskInfo(batch, 0))
+        order = writer.row_order()
+        return order, recovery.decode(writer.header_prefix() + bytes(8)).version
 
-    assert order_of(1) == ordering.default() == ordering.HASHED  # a first attempt
-    for batch, order in ((2, ordering.SORTED), (3, ordering.HASHED)):
-        recovery.MarkerStore(state.storage, state.root, state).put(recovery.StartedMarker(
-            "s", batch, 0, {"t": 4}, {"t": {"0": 0}}, order=order))
-        assert order_of(batch) == order
-    recovery.MarkerStore(state.storage, state.root, state).put(recovery.StartedMarker(
-        "s", 4, 0, {"t": 4}, {"t": {"0": 0}}, order="fancy"))
-    with pytest.raises(KafkaSinkError, match="order 'fancy', which this version does not know"):
-        order_of(4)
+    assert attempt(1) == (ordering.default(), recovery.VERSION) == (ordering.HASHED, 2)
+    for batch, order, version in ((2, ordering.SORTED, 1), (3, ordering.HASHED, 2)):
+        markers.put(recovery.StartedMarker("s", batch, 0, {"t": 4}, {"t": {"0": 0}},
+                                           order=order, key_version=version))
+        assert attempt(batch) == (order, version)
+    markers.put(recovery.StartedMarker("s", 4, 0, {"t": 4}, {"t": {"0": 0}}, order="fancy"))
+    with pytest.raises(KafkaSinkError, match="names row order .fancy., which this version"):
+        attempt(4)
+    markers.put(recovery.StartedMarker("s", 5, 0, {"t": 4}, {"t": {"0": 0}}, key_version=9))
+    with pytest.raises(KafkaSinkError, match="names recovery-key version 9"):
+        attempt(5)

@@ -12,28 +12,49 @@ from connectors.core.storage import LocalStorage
 from connectors.kafka.sink import recovery
 from connectors.kafka.sink.recovery import RecoveryKey, RecoveryKeyError
 
+KEYS = [
+    ("orders", 0, 0, 0),
+    ("s", 7, 3, 123456),
+    ("säule-😀", 2**63, 2**32 - 1, 2**64 - 1),
+    ("x" * 255, 1, 1, 1),
+]
 
-@pytest.mark.parametrize(
-    "key",
-    [
-        RecoveryKey("orders", 0, 0, 0),
-        RecoveryKey("s", 7, 3, 123456),
-        RecoveryKey("säule-😀", 2**63, 2**32 - 1, 2**64 - 1),
-        RecoveryKey("x" * 255, 1, 1, 1),
-    ],
-)
-def test_round_trip(key):
+
+@pytest.mark.parametrize("fields", KEYS)
+def test_round_trip_version_1(fields):
+    key = RecoveryKey(*fields, version=1)
     value = recovery.encode(key)
     assert recovery.decode(value) == key
     assert recovery.find_key([("other", b"x"), (recovery.HEADER, value)]) == key
 
 
-def test_layout_is_version_length_sink_batch_writer_seq():
-    value = recovery.encode(RecoveryKey("ab", 5, 2, 9))
+@pytest.mark.parametrize("fields", KEYS)
+def test_round_trip_version_2_tags_the_sink(fields):
+    sink_id, batch, writer, seq = fields
+    value = recovery.encode(RecoveryKey(*fields))
+    back = recovery.decode(value)
+    assert (back.batch_id, back.writer, back.seq, back.version) == (batch, writer, seq, 2)
+    assert back.of_sink(sink_id) and not back.of_sink(sink_id + "-other")
+    assert recovery.find_key([("other", b"x"), (recovery.HEADER, value)]) == back
+
+
+def test_layout_version_1_is_version_length_sink_batch_writer_seq():
+    value = recovery.encode(RecoveryKey("ab", 5, 2, 9, version=1))
     assert value == bytes([1, 2]) + b"ab" + struct.pack(">QIQ", 5, 2, 9)
     assert len(value) == 2 + 2 + 20
     # the per-record part is only the trailing seq: prefix + 8 bytes
-    assert value == recovery.key_prefix("ab", 5, 2) + struct.pack(">Q", 9)
+    assert value == recovery.key_prefix("ab", 5, 2, 1) + struct.pack(">Q", 9)
+
+
+def test_layout_version_2_is_version_tag_varints_seq():
+    import hashlib
+
+    value = recovery.encode(RecoveryKey("ab", 300, 2, 9))
+    tag = hashlib.blake2b(b"ab", digest_size=8).digest()
+    assert value == bytes([2]) + tag + bytes([0xAC, 0x02, 0x02]) + struct.pack(">Q", 9)
+    assert value == recovery.key_prefix("ab", 300, 2) + struct.pack(">Q", 9)
+    # 20 bytes for small batch ids and writers, whatever the sink id's length
+    assert len(recovery.encode(RecoveryKey("x" * 200, 100, 5, 1))) == 1 + 8 + 1 + 1 + 8
 
 
 def test_header_values_built_by_numpy_are_the_encoded_keys():
@@ -48,9 +69,9 @@ def test_header_values_built_by_numpy_are_the_encoded_keys():
 
 def test_version_byte_is_checked():
     value = bytearray(recovery.encode(RecoveryKey("ab", 5, 2, 9)))
-    assert value[0] == recovery.VERSION == 1
-    value[0] = 2
-    with pytest.raises(RecoveryKeyError, match="version 2 is not supported"):
+    assert value[0] == recovery.VERSION == 2
+    value[0] = 3
+    with pytest.raises(RecoveryKeyError, match="version 3 is not supported"):
         recovery.decode(bytes(value))
 
 
@@ -64,6 +85,9 @@ def test_version_byte_is_checked():
         bytes([1, 2]) + b"ab" + b"\x00" * 21,  # one byte long
         bytes([1, 0]) + b"\x00" * 20,  # empty sink id
         bytes([1, 2]) + b"\xff\xfe" + b"\x00" * 20,  # sink id not UTF-8
+        bytes([2]) + b"\x00" * 8 + b"\x01\x01" + b"\x00" * 7,  # version 2, seq short
+        bytes([2]) + b"\x00" * 8 + b"\x01\x01" + b"\x00" * 9,  # version 2, seq long
+        bytes([2]) + b"\x00" * 8 + b"\xff" * 20,  # version 2, a varint that never ends
     ],
 )
 def test_foreign_values_are_rejected(foreign):

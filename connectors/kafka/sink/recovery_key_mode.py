@@ -75,7 +75,11 @@ class RecoveryKeyWriter(KafkaWriter):
         self.lease: Lease[ProducerSlot] | Lease[WireSlot] | None = None
 
     def header_prefix(self) -> bytes:
-        return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id)
+        """The key version of the started marker (a retry's records and scan match its
+        first attempt's), else the current one."""
+        version = self.marker.key_version if self.marker is not None else recovery.VERSION
+        return recovery.key_prefix(self.sink_id, self.task.batch_id, self.task.writer_id,
+                                   version)
 
     def batch_handle(self, producer: Any, rows: Rows) -> int | None:
         # The C loop sets the recovery-key header itself, and confluent-kafka's delivery
@@ -93,12 +97,16 @@ class RecoveryKeyWriter(KafkaWriter):
         if self.marker is None:
             self.order = ordering.default()
             return self.order
-        if self.marker.order not in ordering.ORDERS:
+        unknown = (f"row order {self.marker.order!r}" if self.marker.order not in ordering.ORDERS
+                   else f"recovery-key version {self.marker.key_version}"
+                   if self.marker.key_version not in recovery.VERSIONS else None)
+        if unknown is not None:
             raise KafkaSinkError(
                 f"{FAMILY} {self.sink_id}: the started marker of batch {self.task.batch_id} "
-                f"writer {self.task.writer_id} numbers rows in order {self.marker.order!r}, "
-                f"which this version does not know ({', '.join(ordering.ORDERS)}); retry "
-                "with the version of the connector that wrote it")
+                f"writer {self.task.writer_id} names {unknown}, which this version of the "
+                f"connector does not know (row orders {', '.join(ordering.ORDERS)}; key "
+                f"versions {', '.join(map(str, recovery.VERSIONS))}); retry the batch with "
+                "the version that wrote it")
         self.order = self.marker.order
         return self.order
 
@@ -133,6 +141,7 @@ class RecoveryKeyWriter(KafkaWriter):
                 partition_counts=routing.counts,
                 null_key_run=self.null_key_run(),
                 order=self.order,
+                key_version=recovery.VERSION,
                 watermarks=self.watermarks(list(routing.tp_of.values())),
             ))
             failpoints.hit(FP_AFTER_MARKER, b)
