@@ -23,7 +23,7 @@ Against the same Apache Kafka broker, in the same run:
   settings* (``enable.idempotence=true``, ``acks=all``, failed-delivery callbacks only),
   calling ``produce(topic, value)`` for pre-built values in a loop and ``flush()``
   (``ratio_raw_producer``). An extra figure, ``ratio_raw_producer_with_header``, repeats the
-  loop with a 30-byte header per record, the size of the recovery key;
+  loop with the recovery key's header (a 20-byte value) on every record;
 - the floor under any Python DataSource sink: ``bench_noop``, a Python writer that only
   counts the Arrow rows it gets (the Spark job and the JVM -> Python Arrow hand-over),
   ``python_writer_floor_rows_per_s``; ``floor_ratio_spark_kafka_sink`` is the highest
@@ -68,6 +68,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _common import bench_broker, bench_spark, register_noop, run_noop  # noqa: E402
 
 from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
+from connectors.kafka.sink import recovery  # noqa: E402
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, prime: bool = True) -> None:
@@ -186,7 +187,7 @@ def raw_produce(
     # Warm up like the sink's cached producer: connection, metadata and producer id.
     produce(topic, values[0])
     producer.flush(60)
-    header = b"\x01\x08" + b"bench-id" + bytes(12)
+    header = recovery.key_prefix("bench-id", 12, 1)  # the sink's own key, without the seq
     started = time.perf_counter()
     if with_header:
         for i, v in enumerate(values):
@@ -472,7 +473,8 @@ def main() -> None:
             raw_hdr.append(args.rows / raw_produce(bootstrap, topic, args.rows, args.value_bytes,
                                                    with_header=True))
             drop(bootstrap, topic)
-            print(f"raw producer + 30-byte header run {i}: {raw_hdr[-1]:,.0f} rows/s", flush=True)
+            print(f"raw producer + recovery-key header run {i}: {raw_hdr[-1]:,.0f} rows/s",
+                  flush=True)
             for mode, rates in (("txn", txn_rates), ("txn_lib", txn_lib), ("rk", rk)):
                 seconds = write(mode, args.warmup + i)
                 rates.append(args.rows / seconds)
