@@ -450,7 +450,7 @@ def main() -> None:
         def write(mode: str, batch: int) -> float:
             topic = sink_topics[mode]
             return sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, batch,
-                              mode != "rk", wire=mode == "txn")
+                              mode != "rk", wire=mode != "txn_lib")
 
         floor_rates: list[float] = []
         for _ in range(args.warmup):
