@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.kafka.sink.partitioner import _binary_buffers, _valid
+from connectors.kafka.sink.partitioner import binary_buffers, valid_mask
 
 try:
     from connectors.kafka.sink import _record_batch  # type: ignore[attr-defined]
@@ -113,7 +113,7 @@ def row_hashes(table: pa.Table, cols: list[str]) -> np.ndarray:
             continue
         t = arr.type
         if pa.types.is_integer(t):
-            values = np.where(_valid(arr), arr.fill_null(0).to_numpy(zero_copy_only=False), -1)
+            values = np.where(valid_mask(arr), arr.fill_null(0).to_numpy(zero_copy_only=False), -1)
             with np.errstate(over="ignore"):
                 h = _finalise((_rotl(h) ^ values.astype(np.int64).view(np.uint64)) * _K)
             continue
@@ -138,10 +138,10 @@ def hash_column(arr: pa.Array, out: np.ndarray) -> None:
 
 def hash_column_numpy(arr: pa.Array, out: np.ndarray) -> None:
     """``_record_batch.hash64`` in numpy (no C extension here): the same bits."""
-    offsets, data = _binary_buffers(arr)
+    offsets, data = binary_buffers(arr)
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
-    valid = _valid(arr)
+    valid = valid_mask(arr)
     size = np.where(valid, lengths, -1)
     with np.errstate(over="ignore"):
         h = out ^ ((size + 1).astype(np.uint64) * _K)

@@ -75,7 +75,7 @@ def key_partition(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
-def _binary_buffers(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def binary_buffers(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, data) of a binary/large_binary array, honouring the array's slice offset."""
     offset_type = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
     bufs = keys.buffers()
@@ -96,7 +96,7 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
     out = np.zeros(n, dtype=np.uint32)
     if n == 0:
         return out
-    offsets, data = _binary_buffers(keys)
+    offsets, data = binary_buffers(keys)
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
     m = np.uint32(_M)
@@ -160,15 +160,15 @@ def route(
     target = (start + seqs.astype(np.int64) // run) % counts
     if keys is not None and keys.null_count < n:
         hashed = (murmur2_array(keys).astype(np.int64) & 0x7FFFFFFF) % counts
-        has_key = _valid(keys)
+        has_key = valid_mask(keys)
         target = np.where(has_key, hashed, target)
     if explicit is not None and explicit.null_count < n:
         given = explicit.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        target = np.where(_valid(explicit), given, target)
+        target = np.where(valid_mask(explicit), given, target)
     return target.astype(np.int32)
 
 
-def _valid(arr: Any) -> np.ndarray:
+def valid_mask(arr: Any) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
     return np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False), dtype=bool)
