@@ -120,7 +120,7 @@ def test_recovery_key_headers_on_request(kafka_bootstrap, new_topic, tmp_path):
     sink = _sink(kafka_bootstrap, tmp_path, topic, recovery_key_headers=True)
     sink.stage(TaskInfo(3, 1), iter(_rows(500).to_batches()))
     keys = [recovery.find_key(m.headers()) for m in read_topic(kafka_bootstrap, topic)]
-    assert all(k is not None and (k.sink_id, k.batch_id, k.writer) == (sink.sink_id, 3, 1)
+    assert all(k is not None and k.of_sink(sink.sink_id) and (k.batch_id, k.writer) == (3, 1)
                for k in keys)
     assert sorted(k.seq for k in keys if k is not None) == list(range(500))
 
