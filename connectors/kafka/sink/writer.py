@@ -40,7 +40,6 @@ from connectors.kafka import access
 from connectors.kafka.common import FAMILY, retrying
 from connectors.kafka.sink import batch_produce, ordering, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
-from connectors.kafka.sink.ordering import deterministic_order
 from connectors.kafka.sink.partitioner import NULL_KEY_RUN, null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, picker, route, shape
@@ -106,7 +105,7 @@ class KafkaWriter:
                 return report
             numbering = self.row_order()
             if numbering is not None and not self.options.deterministic_order:
-                table = deterministic_order(table, numbering)
+                table = ordering.deterministic_order(table, numbering)
             rows = shape(table, self.options.topic, self.sink_id)
             report.rows = rows.n
             counts = self.partition_counts(rows.topics)
