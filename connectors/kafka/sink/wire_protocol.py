@@ -184,7 +184,7 @@ class _Reader:
 
 
 def column(arr: pa.Array | None) -> tuple[Any, ...] | None:
-    """An Arrow binary column as ``_record_batch.encode`` takes it."""
+    """An Arrow binary column as ``_record_batch.encode`` and ``hash64`` take it."""
     if arr is None:
         return None
     validity, offsets, data = arr.buffers()[:3]
