@@ -183,7 +183,7 @@ def route(rows: Rows, counts: Mapping[str, int], sink_id: str, start: int = 0,
     _check_explicit(rows, parts, per_row_count, sink_id)
     base = np.concatenate([[0], np.cumsum([counts[t] for t in rows.topics])]).astype(np.int64)
     target_ids = base[rows.topic_idx] + parts
-    used = np.flatnonzero(np.bincount(target_ids)) if len(target_ids) else target_ids
+    used = np.flatnonzero(np.bincount(target_ids))  # target ids are small: no sort
     tp_of = {int(i): _tp_of(int(i), rows.topics, base) for i in used}
     return Routing({t: counts[t] for t in rows.topics}, parts, target_ids, tp_of)
 
