@@ -376,7 +376,7 @@ def _by_partition(messages: list) -> dict[int, list]:
 
 def test_keyed_batch_produce_writes_what_record_by_record_writes(kafka_bootstrap, new_topic,
                                                                   tmp_path):
-    """The recovery-key mode's record batches on the wire (the default) and its C produce
+    """The recovery-key mode's record batches on the wire (`wireProduce=true`) and its C produce
     loop against the Python loop: the same records, partitions, order and recovery-key
     headers, with null, empty and long keys and values."""
     from connectors.kafka.sink import batch_produce

@@ -174,7 +174,7 @@ def _odd_rows(n: int = ROWS) -> pa.Table:
 def test_every_produce_path_writes_the_same_records(
     kafka_bootstrap, new_topic, tmp_path, path
 ):
-    """Record batches on the wire (wireProduce=true, the default), ``rd_kafka_produce_batch``
+    """Record batches on the wire (wireProduce=true), ``rd_kafka_produce_batch``
     (wireProduce=false, batchProduce=true) and confluent-kafka's ``produce()`` write the same
     records to the same partitions: null stays null, empty stays empty, keyed rows go where
     the Java partitioner puts them."""

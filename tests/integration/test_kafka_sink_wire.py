@@ -2,8 +2,8 @@
 buffers, sent with Kafka's own requests (connectors/kafka/sink/wire.py; docs/design.md,
 "Record batches on the wire").
 
-test_kafka_sink_transactional.py runs every transactional step on this path too (it is the
-default); these tests cover what only this path does: chunks, batches split at
+test_kafka_sink_transactional.py runs the transactional steps on the default path
+(librdkafka); these tests cover what only this path does: chunks, batches split at
 ``message.max.bytes``, fencing of an attempt that is still sending, the abort of a failed
 attempt, and the fall-back to librdkafka.
 """
@@ -24,6 +24,7 @@ from tests.helpers import read_topic, scan_topic
 
 def _sink(bootstrap: str, tmp_path, topic: str, **kw) -> KafkaSink:
     sink_id = f"wire-{uuid.uuid4().hex[:8]}"
+    kw.setdefault("wire_produce", True)
     return KafkaSink(sink_id, str(tmp_path / sink_id), bootstrap_servers=bootstrap,
                      topic=topic, transactional=True, **kw)
 
@@ -162,7 +163,7 @@ def test_recovery_keys_on_the_wire_reuse_one_producer_id_and_take_headers_via_li
 
     topic = new_topic(partitions=3)
     sink = KafkaSink(f"wrk-{uuid.uuid4().hex[:8]}", str(tmp_path / "wal"),
-                     bootstrap_servers=kafka_bootstrap, topic=topic)
+                     bootstrap_servers=kafka_bootstrap, topic=topic, wire_produce=True)
     for b in range(3):
         sink.commit(b, [sink.stage(TaskInfo(b, 0), iter(_table(400).to_batches()))])
     table = _table(50).append_column(
