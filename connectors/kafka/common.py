@@ -106,9 +106,15 @@ _TRANSIENT_NAMES = (
     "FENCED_LEADER_EPOCH",
     "UNKNOWN_LEADER_EPOCH",
     "REBALANCE_IN_PROGRESS",
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+    "NETWORK_EXCEPTION",
     "_TRANSPORT",
     "_TIMED_OUT",
     "_WAIT_COORD",
+    # a broker restarting: its handle goes and comes back, every broker may be down briefly
+    "_DESTROY_BROKER",
+    "_ALL_BROKERS_DOWN",
+    "_NODE_UPDATE",
 )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
+from connectors.kafka.common import is_transient, retrying
 
 log = logging.getLogger(__name__)
 
@@ -415,3 +416,65 @@ def _tp_name(tp: TP) -> str:
 
 
 tp_name = _tp_name
+
+
+# -- a read that found no records where it expected them (range_reader) ---------------------
+def stalled(
+    consumer: Any, r: OffsetRange, position: int, fail_on_data_loss: bool, timeout: float
+) -> int | None:
+    """No records came: the new position if ``position`` is outside the log, else None.
+
+    A leader moving (a broker restart, a rolling upgrade) answers the watermark request with
+    NOT_LEADER_FOR_PARTITION, a timeout or a dropped connection: that is no news about the
+    log, so the read goes on (librdkafka finds the new leader) and the stall deadline stays
+    the bound."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(r.topic, r.partition), timeout=timeout, cached=False
+        )
+    except KafkaException as e:
+        if not is_transient(e):
+            raise
+        log.info("eo_kafka: %s: watermarks not known while stalled (%s); reading on",
+                 r.describe(), e)
+        return None
+    if position < low or position > high:
+        return out_of_range(consumer, r, position, "no records at this offset",
+                             fail_on_data_loss, timeout)
+    return None
+
+
+def out_of_range(
+    consumer: Any,
+    r: OffsetRange,
+    position: int,
+    err: Any,
+    fail_on_data_loss: bool,
+    timeout: float,
+) -> int:
+    """``position`` is outside the log: decide whether that is data loss; return where to go.
+    The watermarks are asked again while the partition's leader moves (until ``timeout``)."""
+    from confluent_kafka import TopicPartition
+
+    low, high = retrying(
+        lambda: consumer.get_watermark_offsets(
+            TopicPartition(r.topic, r.partition), timeout=max(1.0, min(timeout, 10.0)),
+            cached=False),
+        what=f"eo_kafka: ListOffsets of {r.describe()}", error=KafkaSourceError,
+        timeout=timeout)
+    if position < low:
+        if not r.new_partition:
+            report_data_loss(
+                fail_on_data_loss,
+                f"{r.describe()}: offsets [{position}, {min(low, r.end)}) were deleted "
+                f"(log now starts at {low}; retention or compaction removed them)",
+            )
+        return low
+    report_data_loss(
+        fail_on_data_loss,
+        f"{r.describe()}: offset {position} is beyond the end of the log ({high}); "
+        f"offsets [{position}, {r.end}) are not available ({err})",
+    )
+    return r.end

@@ -35,7 +35,7 @@ import pyarrow as pa
 from connectors.core.errors import KafkaSourceError
 from connectors.kafka import access
 from connectors.kafka.common import LIBRDKAFKA_LOG, ClientCache
-from connectors.kafka.source.offsets import OffsetRange, report_data_loss
+from connectors.kafka.source.offsets import OffsetRange, out_of_range, stalled
 from connectors.kafka.source.records import (  # noqa: F401 - arrow_schema, spark_schema_ddl: public here too
     arrow_schema,
     concat,
@@ -388,7 +388,7 @@ class _GroupReader:
         for i, p in enumerate(self.parts):
             if p.done or i < self.head or i in self.held_back:
                 continue
-            jump = _stalled(self.consumer, p.r, p.position, self.fail_on_data_loss,
+            jump = stalled(self.consumer, p.r, p.position, self.fail_on_data_loss,
                             self.poll_timeout_s)
             if jump is not None:
                 self._seek(i, jump)
@@ -437,7 +437,7 @@ class _GroupReader:
                     self._done(i)
             elif code in self.reset_codes:
                 if not p.done:
-                    self._seek(i, _out_of_range(self.consumer, p.r, p.position, err,
+                    self._seek(i, out_of_range(self.consumer, p.r, p.position, err,
                                                 self.fail_on_data_loss, self.poll_timeout_s))
             elif err.fatal() or not err.retriable() or access.is_access_error(err):
                 read = access.Acl("TOPIC", p.r.topic, "LITERAL", "READ", "Fetch")
@@ -449,48 +449,3 @@ class _GroupReader:
             else:
                 log.debug("eo_kafka: transient error on %s: %s", p.r.describe(), err)
         return good
-
-
-def _stalled(
-    consumer: Any, r: OffsetRange, position: int, fail_on_data_loss: bool, timeout: float
-) -> int | None:
-    """No records came: the new position if ``position`` is outside the log, else None."""
-    from confluent_kafka import TopicPartition
-
-    low, high = consumer.get_watermark_offsets(
-        TopicPartition(r.topic, r.partition), timeout=timeout, cached=False
-    )
-    if position < low or position > high:
-        return _out_of_range(consumer, r, position, "no records at this offset",
-                             fail_on_data_loss, timeout)
-    return None
-
-
-def _out_of_range(
-    consumer: Any,
-    r: OffsetRange,
-    position: int,
-    err: Any,
-    fail_on_data_loss: bool,
-    timeout: float,
-) -> int:
-    """``position`` is outside the log: decide whether that is data loss; return where to go."""
-    from confluent_kafka import TopicPartition
-
-    low, high = consumer.get_watermark_offsets(
-        TopicPartition(r.topic, r.partition), timeout=timeout, cached=False
-    )
-    if position < low:
-        if not r.new_partition:
-            report_data_loss(
-                fail_on_data_loss,
-                f"{r.describe()}: offsets [{position}, {min(low, r.end)}) were deleted "
-                f"(log now starts at {low}; retention or compaction removed them)",
-            )
-        return low
-    report_data_loss(
-        fail_on_data_loss,
-        f"{r.describe()}: offset {position} is beyond the end of the log ({high}); "
-        f"offsets [{position}, {r.end}) are not available ({err})",
-    )
-    return r.end
