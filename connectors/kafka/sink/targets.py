@@ -53,7 +53,8 @@ def check_access(options: KafkaSinkOptions) -> None:
     with producers.admin(options.producer_conf) as admin:
         access.preflight(admin, options.producer_conf, needs(options),
                          who=f"{FAMILY} sink {options.sink_id}",
-                         timeout=options.connect_timeout, error=KafkaSinkError)
+                         timeout=options.connect_timeout, error=KafkaSinkError,
+                         retry_timeout=options.metadata_retry_timeout)
 
 
 def needs(options: KafkaSinkOptions) -> list[tuple[access.Acl, str]]:
