@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import posixpath
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -57,42 +56,46 @@ def _emit(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
 
 # -- wal show ----------------------------------------------------------------------------------
 def wal_show(args: argparse.Namespace) -> int:
+    from connectors import state_report as report
     from connectors.core.wal import WriteAheadLog
 
-    storage, root = _storage(args, args.path)
-    if not storage.exists(root):
+    storage, path = _storage(args, args.path)
+    if not storage.exists(path):
         raise ConnectorError(f"wal show: {args.path!r} does not exist")
-    if not storage.is_dir(root):
+    if not storage.is_dir(path):
         raise ConnectorError(f"wal show: {args.path!r} is a file; give the walPath directory")
-    kinds = [args.kind] if args.kind else [
-        k for k in storage.list(root) if storage.is_dir(storage.join(root, k))
-        and k != "started"  # the Kafka sink's task markers: not a log
-    ]
-    names = storage.list(root)
-    if not kinds and any(n.endswith((".json", ".commit")) for n in names):
-        # the path is a log directory itself (<walPath>/source): show that log
-        kinds, root = [posixpath.basename(root.rstrip("/"))], posixpath.dirname(root.rstrip("/"))
-    if not kinds:
-        raise ConnectorError(f"wal show: {args.path!r} holds no log directories (source/, "
-                             "commits/, _eo_log/); give a walPath or an eo_files output path")
-    doc: dict[str, Any] = {"path": args.path, "logs": {}}
-    lines = [f"WAL {args.path}"]
+    root, found = report.find_logs(storage, path)
+    if not found:
+        raise report.nothing_here(storage, path, args.path)
+    kinds = report.select(found, args.kind, args.path)
+    reset = report.reset_summary(report.reset_record(storage, root))
+    doc: dict[str, Any] = {"path": args.path, "wal_path": storage.url(root), "logs": {},
+                           "reset": reset}
+    lines = [f"WAL {args.path}" + ("" if root == path else f" (walPath {storage.url(root)})")]
+    if reset is not None:
+        lines.append(f"  {report.reset_line(reset)}")
     for kind in kinds:
         wal = WriteAheadLog(storage, root, kind)
-        committed = set(wal.committed_seqs())
+        seqs, committed_seqs = wal.listing()
+        committed = set(committed_seqs)
         entries: list[dict[str, Any]] = []
         # A sink's commit log holds commit markers only (no records): list those too.
-        seqs = sorted(set(wal.seqs()) | committed)
-        for seq in seqs[-args.last:] if args.last else seqs:
+        every = sorted(set(seqs) | committed)
+        for seq in every[-args.last:] if args.last else every:
             record = wal.get(seq) or {}
             entries.append({"seq": seq, "committed": seq in committed, "record": record})
-        doc["logs"][kind] = {"last_committed": wal.last_committed(), "entries": entries}
-        lines.append(f"  [{kind}] last committed: {wal.last_committed()}")
+        last = committed_seqs[-1] if committed_seqs else None
+        note = report.pending_note(kind, entries)
+        doc["logs"][kind] = {"what": report.LOGS.get(kind), "last_committed": last,
+                             "entries": entries, "pending_note": note}
+        lines.append(f"  [{kind}] last committed: {last} ({report.LOGS.get(kind, 'a log')})")
         for e in entries:
             flag = "committed" if e["committed"] else "PENDING  "
             lines.append(f"    {e['seq']:>8}  {flag}  {_summarize(e['record'])}")
         if not entries:
-            lines.append("    (empty)")
+            lines.append("    (empty: nothing written to this log yet)")
+        if note:
+            lines.append(f"    ({note})")
     _emit(args, doc, lines)
     return 0
 
@@ -118,9 +121,17 @@ def sink_status(args: argparse.Namespace) -> int:
     shown = redact_url(args.url)
     sinks = admin.status(args.url, args.table, args.sink_id)
     lines = [f"JDBC sinks at {shown} (table {args.table})"]
-    lines += [f"  {s['sink_id']}: last committed batch {s['batch_id']} "
-              f"({s['rows']} rows, at {s['committed_at']})" for s in sinks]
-    lines = [ln.replace("last committed batch -1 ", "nothing committed yet ") for ln in lines]
+    for s in sinks:
+        if s["reset_after"] is not None:
+            lines.append(f"  {s['sink_id']}: reset recorded at {s['committed_at']} after batch "
+                         f"{s['reset_after']}; nothing committed since (the restarted query's "
+                         "batches from 0 are accepted)")
+        elif s["batch_id"] < 0:
+            lines.append(f"  {s['sink_id']}: nothing committed yet (registered at "
+                         f"{s['committed_at']})")
+        else:
+            lines.append(f"  {s['sink_id']}: last committed batch {s['batch_id']} "
+                         f"({s['rows']} rows, at {s['committed_at']})")
     _emit(args, {"url": shown, "table": args.table, "sinks": sinks}, lines)
     return 0
 
@@ -316,6 +327,7 @@ def transactions(args: argparse.Namespace) -> int:
 
 # -- files status ------------------------------------------------------------------------------
 def files_status(args: argparse.Namespace) -> int:
+    from connectors import state_report as report
     from connectors.files.placement import STAGING_DIR, placement_for
     from connectors.files.sink import LOG_DIR, batches_in, committed_paths, sink_state
 
@@ -331,8 +343,12 @@ def files_status(args: argparse.Namespace) -> int:
     if not has_log and not storage.exists(storage.join(root, STAGING_DIR)):
         raise ConnectorError(f"files status: {args.path!r} has no {LOG_DIR} and no "
                              f"{STAGING_DIR}: no eo_files sink has written there")
-    batches = batches_in(sink_state(storage, root)) if has_log else []
+    state = sink_state(storage, root)
+    batches = batches_in(state) if has_log else []
+    reset = report.reset_summary(state.reset_record())
     lines = [f"eo_files output {args.path}: {len(batches)} committed batches"]
+    if reset is not None:
+        lines.append(f"  {report.reset_line(reset)}")
     for b in batches[-args.last:] if args.last else batches:
         lines.append(f"  batch {b['batch_id']}: {len(b['files'])} files, {b.get('rows', '?')} rows")
         if args.verbose:
@@ -356,7 +372,7 @@ def files_status(args: argparse.Namespace) -> int:
                      "flight, or files of failed attempts until the next cleanup)")
         if args.verbose:
             lines += [f"      {storage.url(f)}" for f in uncommitted]
-    _emit(args, {"path": args.path, "batches": batches, "files": total_files,
+    _emit(args, {"path": args.path, "batches": batches, "files": total_files, "reset": reset,
                  "staging": [storage.url(p) for p in pending],
                  "uncommitted": [storage.url(f) for f in uncommitted]}, lines)
     return 0
@@ -395,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://, s3://, gs://, "
                    "abfss://)")
     with_storage(w)
-    w.add_argument("--kind", help="only this log (e.g. source, sink)")
+    w.add_argument("--kind", help="only this log: source (eo_kafka source), commits (eo_kafka "
+                   "sink), _eo_log (eo_files), or sink (whichever sink log is there)")
     w.add_argument("--last", type=int, default=0, help="only the last N entries")
     w.set_defaults(func=wal_show)
 

@@ -2,7 +2,8 @@
 
 - :func:`status`: the commit rows, one per sink (``sink status --url``);
 - :func:`reset`: record a restart, so the sink's next query, on a new checkpoint, starts at
-  batch 0 (``sink reset --url``): the sink's row goes back to ``batch_id = -1``.
+  batch 0 (``sink reset --url``): the sink's row goes below every batch id, to a mark that
+  keeps the last batch for :func:`status` (``metadata.reset_mark``).
 
 Both open an engine of their own on the URL as given and dispose of it after. Errors are
 :class:`ConnectorError` with one line for the person at the terminal, the password in the
@@ -17,14 +18,21 @@ import sqlalchemy as sa
 
 from connectors.core.errors import ConnectorError
 from connectors.core.options import redact_url
-from connectors.jdbc.metadata import DEFAULT_NAME, CommitsTable
+from connectors.jdbc.metadata import (
+    DEFAULT_NAME,
+    NOTHING_COMMITTED,
+    CommitsTable,
+    reset_after,
+)
 from connectors.jdbc.options import parse_table_name
 
 
 def status(url: str, table: str = DEFAULT_NAME,
            sink_id: str | None = None) -> list[dict[str, Any]]:
     """The rows of the commit table ``table`` at ``url`` (only ``sink_id``'s when given):
-    ``sink_id``, ``batch_id`` (``-1``: nothing committed yet), ``rows``, ``committed_at``."""
+    ``sink_id``, ``batch_id`` (``-1``: nothing committed yet), ``rows``, ``committed_at``
+    and ``reset_after``: the last batch before a ``sink reset`` when nothing was committed
+    since (``committed_at`` is then the reset's time), else None."""
     shown = redact_url(url)
     try:
         engine = sa.create_engine(url)
@@ -62,15 +70,16 @@ def status(url: str, table: str = DEFAULT_NAME,
         which = f"sink {sink_id!r}" if sink_id else "any sink"
         raise ConnectorError(f"sink status: table {table!r} at {shown} has no row for "
                              f"{which}: no such eo_jdbc sink has run there")
-    return [{"sink_id": r[0], "batch_id": r[1], "rows": r[2], "committed_at": r[3]}
-            for r in rows]
+    return [{"sink_id": r[0], "batch_id": max(int(r[1]), NOTHING_COMMITTED), "rows": r[2],
+             "committed_at": r[3], "reset_after": reset_after(int(r[1]))} for r in rows]
 
 
 def reset(url: str, sink_id: str, table: str = DEFAULT_NAME) -> int | None:
     """Record a restart of ``sink_id``: its row in the commit table ``table`` (``schema.table``
-    allowed) goes back to ``batch_id = -1``, so the new query's batches from 0 are accepted
-    instead of refused as lower than the last committed one. Run it with the query stopped.
-    Returns the last committed batch before the reset (None: nothing was committed)."""
+    allowed) goes below every batch id (``metadata.reset_mark``), so the new query's batches
+    from 0 are accepted instead of refused as lower than the last committed one. Run it with
+    the query stopped. Returns the last committed batch before the reset (None: nothing was
+    committed; after an earlier reset with nothing committed since, the batch before it)."""
     shown = redact_url(url)
     schema, name = parse_table_name(table, "--table")
     commits = CommitsTable(name, schema)
@@ -93,7 +102,7 @@ def reset(url: str, sink_id: str, table: str = DEFAULT_NAME) -> int | None:
                              f"{redact_url(str(e).splitlines()[0])}") from None
     finally:
         engine.dispose()
-    return None if stored < 0 else stored
+    return stored if stored >= 0 else reset_after(stored)
 
 
 def url_problem(e: Exception) -> str:

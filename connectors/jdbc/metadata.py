@@ -3,9 +3,10 @@
 One row per sink: ``(sink_id, batch_id, rows, committed_at)``. It is Apex Malhar's
 ``dt_meta(app id, operator id, window)``: the last batch id whose rows are in the target,
 moved in the *same* transaction as the rows themselves, so that a crash at any point leaves
-the two consistent. ``batch_id = -1`` means "registered, nothing committed yet": the row
-exists from the first use on, so that ``SELECT ... FOR UPDATE`` always has a row to lock and
-two committers of one sink serialize on it instead of racing to insert it.
+the two consistent. ``batch_id = -1`` means "registered, nothing committed yet", and
+``-2 - N`` "nothing committed since a reset that followed batch N" (:func:`reset_mark`): the
+row exists from the first use on, so that ``SELECT ... FOR UPDATE`` always has a row to lock
+and two committers of one sink serialize on it instead of racing to insert it.
 
 The table's name (and schema) is configurable with the option ``metadataTable``. All SQL is
 built with SQLAlchemy Core, so identifiers are quoted by the dialect.
@@ -23,6 +24,18 @@ log = logging.getLogger(__name__)
 DEFAULT_NAME = "eo_sink_commits"
 #: stored batch id of a registered sink that has committed nothing yet
 NOTHING_COMMITTED = -1
+
+
+def reset_mark(last: int) -> int:
+    """The stored batch id after a reset that followed batch ``last``: ``-2 - last``. Like
+    ``-1`` it is below every batch id (nothing committed since), and it keeps ``last`` for
+    ``sink status``: a reset stays visible until the restarted query's first commit."""
+    return -2 - last
+
+
+def reset_after(stored: int) -> int | None:
+    """The batch a reset followed, if ``stored`` is a reset mark; else None."""
+    return -2 - stored if stored <= -2 else None
 
 
 class CommitsTable:
@@ -93,18 +106,21 @@ class CommitsTable:
         return None if int(row[0]) < 0 else int(row[0])
 
     def reset(self, conn: sa.Connection, sink_id: str) -> int | None:
-        """Move the sink's row back to ``-1`` (nothing committed), locking it first; the
-        stored batch id it held, or None when the sink has no row. The row stays: it is what
-        committers lock."""
+        """Move the sink's row below every batch id (nothing committed), locking it first:
+        to :func:`reset_mark` of its last batch, with the reset's time, so that status shows
+        it; a sink that committed nothing stays as it is. Returns the stored batch id it
+        held, or None when the sink has no row. The row stays: it is what committers lock."""
         t = self.table
         row = conn.execute(
             sa.select(t.c.batch_id).where(t.c.sink_id == sink_id).with_for_update()
         ).first()
         if row is None:
             return None
-        conn.execute(t.update().where(t.c.sink_id == sink_id)
-                     .values(batch_id=NOTHING_COMMITTED, rows=0))
-        return int(row[0])
+        stored = int(row[0])
+        if stored >= 0:
+            conn.execute(t.update().where(t.c.sink_id == sink_id)
+                         .values(batch_id=reset_mark(stored), rows=0, committed_at=_now()))
+        return stored
 
     def record(self, conn: sa.Connection, sink_id: str, batch_id: int, rows: int) -> None:
         """Move the sink's row to ``batch_id``, inside the caller's commit transaction."""

@@ -66,4 +66,4 @@ def test_wal_show_finds_the_logs_under_the_path_it_is_given(tmp_path, capsys):
     assert "[commits] last committed: 2" in capsys.readouterr().out
     (tmp_path / "empty").mkdir()
     assert main(["wal", "show", str(tmp_path / "empty")]) == 2
-    assert "holds no log directories" in capsys.readouterr().err
+    assert "holds no write-ahead log" in capsys.readouterr().err
