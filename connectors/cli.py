@@ -212,95 +212,78 @@ def _kafka_settings(args: argparse.Namespace) -> dict[str, str]:
 
 
 def lag(args: argparse.Namespace) -> int:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    from connectors.kafka import access
+    """Committed offsets of ``--group`` against the partitions' ends, read without changing
+    anything (``kafka/lookup``: no admin ListConsumerGroupOffsets, no topic created)."""
+    from connectors.kafka import access, lookup
     from connectors.kafka.common import LIBRDKAFKA_LOG
 
     conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
                             "logger": LIBRDKAFKA_LOG}
-    admin = AdminClient(conf)
-    if args.topic:
-        # The broker leaves topics the principal may not DESCRIBE out of a group's offsets
-        # without an error; asking for the named topic's metadata makes that denial visible.
-        known = admin.list_topics(topic=args.topic, timeout=args.timeout).topics.get(args.topic)
-        if known is not None and known.error is not None:
-            needs = [a.bind(group=args.group, topic=args.topic) for a in access.ROLES["lag"]
-                     if a.resource == "TOPIC"]
-            denied = access.denied(known.error, who="lag", conf=conf, needs=needs,
-                                   request=f"Metadata of topic {args.topic!r}")
+
+    def named(call: Any, resource: str, request: str, topic: str = "") -> Any:
+        try:
+            return call()
+        except lookup.LookupFailed as e:
+            needs = [a.bind(group=args.group, topic=topic) for a in access.ROLES["lag"]
+                     if a.resource == resource]
+            denied = access.denied(e.cause, who="lag", conf=conf, needs=needs, request=request)
             if denied is not None:
-                raise ConnectorError(denied)
+                raise ConnectorError(denied) from None
+            raise ConnectorError(
+                f"lag of group {args.group!r}: {e} (from {args.bootstrap}, within --timeout "
+                f"{args.timeout:g}s). Is the broker reachable from here (host, port, TLS/SASL "
+                "settings)?") from None
+
+    looker = lookup.consumer(conf)
+    # read_uncommitted: the offsets as committed, as Kafka's own tools show them, without
+    # waiting on a transaction that holds an offset of the group (require_stable)
+    group = lookup.consumer(conf, args.group, isolation="read_uncommitted")
     try:
-        futures = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(args.group)], request_timeout=args.timeout
-        )
-        result = futures[args.group].result(args.timeout)
-    except Exception as e:
-        needs = [a.bind(group=args.group, topic="") for a in access.ROLES["lag"]
-                 if a.resource == "GROUP"]
-        denied = access.denied(e, who="lag", conf=conf, needs=needs,
-                               request=f"OffsetFetch of group {args.group!r}")
-        if denied is not None:
-            raise ConnectorError(denied) from None
-        reason = str(e).strip() or f"{type(e).__name__}: no answer within --timeout " \
-            f"{args.timeout:g}s"
-        raise ConnectorError(
-            f"lag: cannot read committed offsets of group {args.group!r} from "
-            f"{args.bootstrap}: {reason}. Is the broker reachable from here (host, port, "
-            "TLS/SASL settings)?"
-        ) from None
-    committed = [tp for tp in result.topic_partitions if tp.error is None and tp.offset >= 0]
-    if args.topic:
-        committed = [tp for tp in committed if tp.topic == args.topic]
-    try:
-        ends = watermarks(conf, [TopicPartition(tp.topic, tp.partition) for tp in committed],
-                          timeout=args.timeout)
-    except Exception as e:
-        needs = [a.bind(group=args.group, topic=tp.topic) for a in access.ROLES["lag"]
-                 for tp in committed[:1] if a.resource == "TOPIC"]
-        denied = access.denied(e, who="lag", conf=conf, needs=needs,
-                               request="ListOffsets of the group's partitions")
-        if denied is not None:
-            raise ConnectorError(denied) from None
-        raise
+        if args.topic:
+            # The broker leaves topics the principal may not DESCRIBE out of a listing
+            # without an error; naming the topic makes that denial visible.
+            topics = {args.topic: named(
+                lambda: lookup.topic_partitions(looker, args.topic, args.timeout,
+                                                args.bootstrap, "lag"),
+                "TOPIC", f"Metadata of topic {args.topic!r}", args.topic)}
+        else:
+            topics = named(lambda: lookup.all_topics(looker, args.timeout), "TOPIC",
+                           "Metadata of all topics")
+        tps = [(t, p) for t, parts in sorted(topics.items()) for p in parts]
+        offsets: dict[tuple[str, int], int] = named(
+            lambda: lookup.committed(group, tps, args.timeout), "GROUP",
+            f"OffsetFetch of group {args.group!r}")
+        if not offsets:
+            where = (f"topic {args.topic!r}" if args.topic else
+                     f"any of the {len(topics)} topics this principal may describe")
+            raise ConnectorError(
+                f"lag: group {args.group!r} has no committed offsets on {where} at "
+                f"{args.bootstrap}: a group that never committed (an eo_kafka source "
+                "commits after its first batch), a mistyped --group, or offsets expired "
+                "after the broker's offsets.retention.minutes")
+        first = next(iter(offsets))[0]
+        ends = named(lambda: lookup.ends(looker, sorted(offsets), args.timeout), "TOPIC",
+                     "ListOffsets of the group's partitions", first)
+    finally:
+        group.close()
+        looker.close()
     partitions = []
-    for tp in sorted(committed, key=lambda t: (t.topic, t.partition)):
-        end = ends.get((tp.topic, tp.partition))
+    for (topic, partition), offset in sorted(offsets.items()):
+        end = ends.get((topic, partition))
         partitions.append({
-            "topic": tp.topic, "partition": tp.partition, "committed": tp.offset,
-            "end": end, "lag": None if end is None else max(0, end - tp.offset),
+            "topic": topic, "partition": partition, "committed": offset,
+            "end": end, "lag": None if end is None else max(0, end - offset),
         })
     total = sum(p["lag"] or 0 for p in partitions)
     lines = [f"group {args.group} @ {args.bootstrap}: total lag {total}"]
     lines += [f"  {p['topic']}[{p['partition']}] committed {p['committed']} end {p['end']} "
               f"lag {p['lag']}" for p in partitions]
-    if not partitions:
-        lines.append("  no committed offsets")
-    elif total:
+    if total:
         lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
                      "batch: after a finished AvailableNow/Once run, the last window shows as "
                      "lag until the next run; see docs/kafka-source.md)")
     _emit(args, {"group": args.group, "total_lag": total, "partitions": partitions}, lines)
     return 0
-
-
-def watermarks(conf: dict[str, Any] | str, partitions: list[Any],
-               timeout: float) -> dict[tuple[str, int], int]:
-    """High watermark per (topic, partition). On a real Kafka this is the log end offset.
-    ``conf``: the client settings (or just the bootstrap servers)."""
-    from confluent_kafka import Consumer
-
-    settings = {"bootstrap.servers": conf} if isinstance(conf, str) else dict(conf)
-    # The group is never joined nor committed to; librdkafka only insists on one.
-    consumer = Consumer({**settings, "group.id": "eo-connectors-cli-lag",
-                         "enable.auto.commit": False})
-    try:
-        return {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout)[1]
-                for tp in partitions}
-    finally:
-        consumer.close()
 
 
 # -- transactions ------------------------------------------------------------------------------

@@ -460,3 +460,66 @@ def _overwriting_storage_class() -> Any:
 class OverwritingStorage:
     def __new__(cls) -> Any:
         return _overwriting_storage_class()()
+
+
+class FakeGroupConsumer:
+    """A stand-in for the consumer of ``connectors.kafka.lookup`` (no broker).
+
+    ``topics``: ``{name: partition count}``; ``topic_errors``: ``{name: KafkaError code}``
+    for topics whose metadata carries an error (a name in neither is unknown);
+    ``offsets``: the group's committed ``{(topic, partition): offset}``; ``ends``:
+    ``{(topic, partition): end}`` (0 when absent). ``committed_errors`` are raised by the
+    next ``committed()`` calls, one each, and ``events`` are the errors ``poll()`` returns
+    from the consumer's queue (where a denied FindCoordinator lands). Calls are recorded in
+    ``calls``."""
+
+    def __init__(self, topics: dict[str, int], offsets: dict[tuple[str, int], int] | None = None,
+                 ends: dict[tuple[str, int], int] | None = None,
+                 topic_errors: dict[str, int] | None = None) -> None:
+        self.topics, self.topic_errors = dict(topics), dict(topic_errors or {})
+        self.offsets, self.ends = dict(offsets or {}), dict(ends or {})
+        self.committed_errors: list[int] = []
+        self.events: list[int] = []
+        self.calls: list[tuple[Any, ...]] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        from types import SimpleNamespace
+
+        from confluent_kafka import KafkaError
+
+        self.calls.append(("list_topics", topic))
+
+        def meta(name: str) -> Any:
+            if name in self.topics:
+                return SimpleNamespace(topic=name, error=None,
+                                       partitions=dict.fromkeys(range(self.topics[name])))
+            code = self.topic_errors.get(name, KafkaError.UNKNOWN_TOPIC_OR_PART)
+            return SimpleNamespace(topic=name, partitions={}, error=KafkaError(code))
+
+        names = [topic] if topic is not None else list(self.topics)
+        return SimpleNamespace(topics={n: meta(n) for n in names})
+
+    def committed(self, partitions: list[Any], timeout: float = -1) -> list[Any]:
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        self.calls.append(("committed", len(partitions), timeout))
+        if self.committed_errors:
+            raise KafkaException(KafkaError(self.committed_errors.pop(0)))
+        return [TopicPartition(tp.topic, tp.partition,
+                               self.offsets.get((tp.topic, tp.partition), -1001))
+                for tp in partitions]
+
+    def poll(self, timeout: float = -1) -> Any:
+        from confluent_kafka import KafkaError, Message
+
+        if not self.events:
+            return None
+        return Message(error=KafkaError(self.events.pop(0)), **_EVENT)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = -1,
+                              cached: bool = False) -> tuple[int, int]:
+        self.calls.append(("end", tp.topic, tp.partition))
+        return 0, self.ends.get((tp.topic, tp.partition), 0)
+
+    def close(self) -> None:
+        self.calls.append(("close",))

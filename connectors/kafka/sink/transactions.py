@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from connectors.core.errors import ConnectorError, KafkaSinkError
+from connectors.core.errors import ConnectorError
+from connectors.kafka import lookup
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink.producers import transactional_id
 
@@ -48,16 +49,22 @@ class PartitionState:
 def partition_states(conf: dict[str, Any], topic: str, timeout: float) -> list[PartitionState]:
     """LSO and high watermark of every partition of ``topic``, with how long a held one has
     been held."""
-    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
+    # A metadata request naming the topic from an admin client (a producer handle, which
+    # may auto-create) would create a mistyped topic: look it up without that.
+    looker = lookup.consumer(conf)
+    try:
+        parts = lookup.topic_partitions(looker, topic, timeout,
+                                        str(conf.get("bootstrap.servers")),
+                                        f"{FAMILY} transactions")
+    except lookup.LookupFailed as e:
+        raise e.cause from None  # the caller names a denial
+    finally:
+        looker.close()
     admin = AdminClient(conf)
-    meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
-    if meta is not None and meta.error is not None:
-        raise KafkaException(meta.error)  # the caller names a denial
-    if meta is None or not meta.partitions:
-        raise KafkaSinkError(f"{FAMILY} transactions: topic {topic!r} does not exist")
-    tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+    tps = [TopicPartition(topic, p) for p in parts]
 
     def offsets(level: Any) -> dict[int, int]:
         futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
@@ -78,7 +85,8 @@ def _held_ages(conf: dict[str, Any], held: list[PartitionState], timeout: float)
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**conf, "group.id": "eo-connectors-cli-transactions",
-                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted",
+                         "allow.auto.create.topics": False})
     try:
         consumer.assign([TopicPartition(s.topic, s.partition, s.lso) for s in held])
         waiting = {(s.topic, s.partition): s for s in held}

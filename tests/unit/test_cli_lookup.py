@@ -1,0 +1,157 @@
+"""The read-only Kafka lookups of ``lag`` and ``transactions`` (``connectors/kafka/lookup``)
+against a fake consumer (issue 36, items 0-2): no admin client, no topic auto-creation,
+transient coordinator errors asked again, a denied group named at once, a missing topic or
+an unknown group an error."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from connectors import cli
+from connectors.kafka import lookup
+from tests.helpers import FakeGroupConsumer
+
+
+def test_the_lookup_consumer_never_auto_creates_whatever_the_user_sets(monkeypatch: Any) -> None:
+    import confluent_kafka
+
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: made.append(conf) or conf)
+    lookup.consumer({"bootstrap.servers": "b:1", "allow.auto.create.topics": True,
+                     "group.id": "theirs", "isolation.level": "read_committed"}, "g",
+                    isolation="read_uncommitted")
+    conf = made[0]
+    assert conf["allow.auto.create.topics"] is False and conf["group.id"] == "g"
+    assert conf["enable.auto.commit"] is False and conf["isolation.level"] == "read_uncommitted"
+
+
+def test_a_missing_topic_is_not_found_and_a_denied_one_is_not_retried() -> None:
+    fake = FakeGroupConsumer({"t": 3}, topic_errors={
+        "secret": KafkaError.TOPIC_AUTHORIZATION_FAILED})
+    assert lookup.topic_partitions(fake, "t", 5, "b:1", "lag") == [0, 1, 2]
+    with pytest.raises(lookup.TopicNotFound) as missing:
+        lookup.topic_partitions(fake, "typo", 5, "b:1", "lag")
+    assert str(missing.value).startswith("lag: topic 'typo' does not exist at b:1")
+    assert "nothing was created" in str(missing.value)
+    fake.calls.clear()
+    with pytest.raises(lookup.LookupFailed) as denied:
+        lookup.topic_partitions(fake, "secret", 5, "b:1", "lag")
+    assert lookup.error_name(denied.value) == "TOPIC_AUTHORIZATION_FAILED"
+    assert fake.calls == [("list_topics", "secret")]
+
+
+def test_all_topics_leaves_out_kafkas_internal_ones() -> None:
+    fake = FakeGroupConsumer({"a": 1, "__consumer_offsets": 50, "__transaction_state": 50})
+    assert lookup.all_topics(fake, 5) == {"a": [0]}
+
+
+def test_committed_asks_again_while_the_coordinator_loads() -> None:
+    fake = FakeGroupConsumer({"t": 2}, offsets={("t", 1): 7})
+    fake.committed_errors = [KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+                             KafkaError._WAIT_COORD]
+    assert lookup.committed(fake, [("t", 0), ("t", 1)], 30) == {("t", 1): 7}
+    assert [c[0] for c in fake.calls] == ["committed"] * 4
+    # each call gets a growing slice of the deadline, never all of it at once
+    slices = [c[2] for c in fake.calls]
+    assert slices[0] <= 1.0 and slices == sorted(slices)
+
+
+def test_a_denied_group_coordinator_ends_the_wait_at_once() -> None:
+    """librdkafka waits for a coordinator as long as committed() lets it, and reports a
+    denied FindCoordinator only on the consumer's queue."""
+    fake = FakeGroupConsumer({"t": 1}, offsets={("t", 0): 1})
+    fake.committed_errors = [KafkaError._TIMED_OUT] * 10
+    fake.events = [KafkaError.GROUP_AUTHORIZATION_FAILED]
+    started = time.monotonic()
+    with pytest.raises(lookup.LookupFailed) as failed:
+        lookup.committed(fake, [("t", 0)], 30)
+    assert time.monotonic() - started < 2
+    assert lookup.error_name(failed.value) == "GROUP_AUTHORIZATION_FAILED"
+    assert failed.value.attempts == 1 and not failed.value.transient
+
+
+def test_committed_gives_up_at_its_deadline_with_the_last_error() -> None:
+    fake = FakeGroupConsumer({"t": 1})
+    fake.committed_errors = [KafkaError._WAIT_COORD] * 1000
+    with pytest.raises(lookup.LookupFailed) as failed:
+        lookup.committed(fake, [("t", 0)], 0.5)
+    assert failed.value.transient and "_WAIT_COORD" in str(failed.value)
+
+
+# -- the lag command on the fakes ---------------------------------------------------------------
+@pytest.fixture
+def fakes(monkeypatch: Any) -> SimpleNamespace:
+    """``lag`` with fake consumers (``consumers`` by group; ``offsets``: the group's
+    committed offsets); any admin client is an error (its ListConsumerGroupOffsets crashes
+    on NOT_COORDINATOR)."""
+    import confluent_kafka.admin
+
+    made: dict[str, FakeGroupConsumer] = {}
+    offsets: dict[tuple[str, int], int] = {}
+
+    def consumer(conf: Any, group: str = lookup.LOOKUP_GROUP, isolation: str = "") -> Any:
+        fake = FakeGroupConsumer({"t": 2, "u": 1}, offsets, {("t", 0): 10, ("t", 1): 4})
+        made[group] = fake
+        return fake
+
+    def no_admin(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("lag must not use an admin client")
+
+    monkeypatch.setattr(lookup, "consumer", consumer)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", no_admin)
+    return SimpleNamespace(consumers=made, offsets=offsets)
+
+
+def lag(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["lag", "--bootstrap", "b:1", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_lag_of_an_unknown_group_is_an_error(fakes: Any, capsys: Any) -> None:
+    code, out, err = lag(capsys, "--group", "nosuchgroup")
+    assert code == 2 and out == ""
+    assert "group 'nosuchgroup' has no committed offsets on any of the 2 topics" in err
+    code, out, err = lag(capsys, "--group", "nosuchgroup", "--topic", "t", "--json")
+    assert code == 2 and out == "" and "no committed offsets on topic 't'" in err
+    code, out, err = lag(capsys, "--group", "g", "--topic", "typo")
+    assert code == 2 and "lag: topic 'typo' does not exist at b:1" in err
+    assert all(f.calls[-1] == ("close",) for f in fakes.consumers.values())
+
+
+def test_lag_shows_only_committed_partitions(fakes: Any, capsys: Any) -> None:
+    fakes.offsets.update({("t", 0): 4, ("t", 1): 4})
+    code, out, err = lag(capsys, "--group", "g", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["total_lag"] == 6
+    assert [(p["partition"], p["committed"], p["end"], p["lag"]) for p in doc["partitions"]] \
+        == [(0, 4, 10, 6), (1, 4, 4, 0)]
+    # the group's offsets come from a consumer of that group (every partition of every
+    # topic asked at once), the ends from another one
+    group = fakes.consumers["g"].calls
+    assert [c[:2] for c in group if c[0] == "committed"] == [("committed", 3)]
+    assert not any(c[0] == "end" for c in group)
+
+
+def test_lag_names_the_group_acl_when_its_coordinator_is_denied(fakes: Any, capsys: Any,
+                                                                monkeypatch: Any) -> None:
+    original = lookup.consumer
+
+    def denied(conf: Any, group: str = lookup.LOOKUP_GROUP, isolation: str = "") -> Any:
+        fake = original(conf, group, isolation)
+        if group == "g":
+            fake.committed_errors = [KafkaError._WAIT_COORD] * 100
+            fake.events = [KafkaError.GROUP_AUTHORIZATION_FAILED]
+        return fake
+
+    monkeypatch.setattr(lookup, "consumer", denied)
+    code, out, err = lag(capsys, "--group", "g", "--kafka", "sasl.username=alice")
+    assert code == 2 and out == ""
+    assert "User:alice has no DESCRIBE on Group 'g'" in err, err
