@@ -217,11 +217,16 @@ class ClientCache(Generic[C]):
     A task takes a client with :meth:`lease` (a context manager) and gives it back at the
     end; :meth:`discard` closes a client whose state an error made unknown once its lease
     ends. Keys are whatever identifies the configuration (sorted items of the conf).
+    ``exclusive``: a client that is not thread-safe (the wire path's producers) is leased to
+    one holder at a time; a second concurrent holder of the same key gets a client of its
+    own.
     """
 
     def __init__(self, kind: str, size: int, close: Callable[[C], None],
-                 idle_seconds: float = CLIENT_IDLE_SECONDS) -> None:
+                 idle_seconds: float = CLIENT_IDLE_SECONDS, exclusive: bool = False) -> None:
         self.kind, self.size, self.idle_seconds = kind, size, idle_seconds
+        self.exclusive = exclusive
+        self._making: set[Hashable] = set()  # exclusive: slots a thread is making a client for
         self._close = close
         self._lock = threading.Lock()
         self._clients: OrderedDict[Hashable, _Entry[C]] = OrderedDict()
@@ -299,6 +304,8 @@ class ClientCache(Generic[C]):
 
     def _acquire(self, key: Hashable, make: Callable[[], C]) -> _Entry[C]:
         _Reaper.ensure()
+        if self.exclusive:
+            return self._acquire_alone(key, make)
         with self._lock:
             entry = self._clients.get(key)
             if entry is not None:
@@ -317,6 +324,34 @@ class ClientCache(Generic[C]):
             evicted = self._make_room()
         self._close_all(spare + evicted)
         return entry
+
+    def _acquire_alone(self, key: Hashable, make: Callable[[], C]) -> _Entry[C]:
+        """An exclusive lease: the first slot ``(key, i)`` whose client nobody holds, or a
+        new client in the first free slot."""
+        with self._lock:
+            i = 0
+            while True:
+                slot = (key, i)
+                entry = self._clients.get(slot)
+                if entry is None and slot not in self._making:
+                    self._making.add(slot)
+                    break
+                if entry is not None and entry.leases == 0 and not entry.discarded:
+                    self._clients.move_to_end(slot)
+                    entry.leases = 1
+                    return entry
+                i += 1
+        try:
+            made = _Entry(make())  # outside the lock: a new client may take a while
+        finally:
+            with self._lock:
+                self._making.discard(slot)
+        with self._lock:
+            made.leases = 1
+            self._clients[slot] = made
+            evicted = self._make_room()
+        self._close_all(evicted)
+        return made
 
     def _release(self, entry: _Entry[C]) -> None:
         with self._lock:

@@ -154,7 +154,8 @@ def test_scram_proof_matches_rfc_7677():
 
 def test_a_connection_that_breaks_mid_request_names_the_broker_and_the_request():
     """A listener that accepts and closes at once: the request's outcome is unknown, so the
-    error says which broker and which request, and that the task's retry takes over."""
+    error says which broker, which request and how many are unanswered, and the connection
+    is closed for good (a retriable NETWORK_EXCEPTION: the producer connects again)."""
     import socket
     import threading
 
@@ -172,8 +173,13 @@ def test_a_connection_that_breaks_mid_request_names_the_broker_and_the_request()
     conn = wire_protocol.Connection("127.0.0.1", port, settings)
     try:
         with pytest.raises(KafkaSinkError, match=rf"broker 127.0.0.1:{port} broke during "
-                                                 r"InitProducerId.*retry"):
+                                                 r"InitProducerId.*1 requests unanswered") as e:
             conn.call(wire_protocol.INIT_PRODUCER_ID, b"\xff\xff\x00\x00\x00\x00")
+        assert isinstance(e.value, wire_protocol.ConnectionLost)
+        assert e.value.code in wire_protocol.RETRIABLE
+        assert conn.broken
+        with pytest.raises(wire_protocol.ConnectionLost, match="already closed"):
+            conn.send(wire_protocol.METADATA, [b""])
     finally:
         conn.close()
         server.close()

@@ -153,13 +153,29 @@ static inline int64_t body_size(int64_t delta, int64_t klen, int64_t vlen, int64
            + varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1 + hdr;
 }
 
+/* The buffers hold n rows from c->offset on, and every row's bytes lie inside the data
+   buffer: offsets ascend from 0 or more to at most the data buffer's length (a malformed or
+   hostile Arrow array must fail here, not read past a buffer). */
 static int check_bounds(const column_t *c, Py_ssize_t n, const char *what) {
     if (!c->has) return 0;
     Py_ssize_t width = c->large ? 8 : 4;
-    if (c->offsets.len < (c->offset + n + 1) * width
+    if (c->offset < 0 || n < 0 || c->offsets.len < (c->offset + n + 1) * width
         || (c->has_validity && c->validity.len * 8 < c->offset + n)) {
         PyErr_Format(PyExc_ValueError, "%s: buffers shorter than %zd rows", what, n);
         return -1;
+    }
+    int64_t previous = -1, limit = (int64_t)c->data.len;
+    for (Py_ssize_t i = c->offset; i <= c->offset + n; i++) {
+        int64_t at = c->large ? ((const int64_t *)c->offsets.buf)[i]
+                              : (int64_t)((const int32_t *)c->offsets.buf)[i];
+        if (at < 0 || at > limit || at < previous) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: offset %lld of row %zd is outside the data buffer (%lld bytes) "
+                         "or below the row before", what, (long long)at, i - c->offset,
+                         (long long)limit);
+            return -1;
+        }
+        previous = at;
     }
     return 0;
 }
@@ -209,7 +225,10 @@ static PyObject *encode(PyObject *module, PyObject *args) {
     const int64_t *rows = rb.buf, *groups = gb.buf;
     const int32_t *seqs = sb.buf;
     Py_ssize_t n_rows = rb.len / 8, n_groups = gb.len / 8 - 1;
-    if (n_groups < 0 || sb.len / 4 < n_groups || groups[n_groups] > n_rows) {
+    int groups_ok = n_groups >= 0 && sb.len / 4 >= n_groups && groups[0] >= 0
+                    && groups[n_groups] <= n_rows;
+    for (Py_ssize_t g = 0; groups_ok && g < n_groups; g++) groups_ok = groups[g] <= groups[g + 1];
+    if (!groups_ok) {
         PyErr_SetString(PyExc_ValueError, "groups, first_seqs and rows do not match");
         goto done;
     }

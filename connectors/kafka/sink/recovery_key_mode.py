@@ -50,7 +50,7 @@ class WireSlot:
 #: serves task after task (a new one per task would leave the broker a producer state per
 #: partition for each, kept ``producer.id.expiration.ms``, a day by default).
 _IDEMPOTENT: ClientCache[WireSlot] = ClientCache(
-    "wire idempotent producers", 4, lambda slot: slot.producer.close())
+    "wire idempotent producers", 4, lambda slot: slot.producer.close(), exclusive=True)
 
 
 def cached_idempotent(conf: Mapping[str, Any], who: str,
@@ -251,7 +251,14 @@ class RecoveryKeyWriter(KafkaWriter):
 
     def on_failure(self, slot: ProducerSlot) -> None:
         # Settle or drop what the failed attempt queued: its retry may run in this worker
-        # and must not race records of this attempt still in flight.
+        # and must not race records of this attempt still in flight. (On the wire nothing
+        # is in flight by now: a failed produce() has waited for every answer due, or sent
+        # until message.timeout.ms; docs/design.md, "The wire client's failures".)
+        if isinstance(slot, WireSlot) and slot.producer.uncertain:
+            log.warning("%s %s: batch %d writer %d failed with Produce requests whose "
+                        "outcome is unknown after message.timeout.ms; a retry that scans "
+                        "before they are settled could write their records again",
+                        FAMILY, self.sink_id, self.task.batch_id, self.task.writer_id)
         left = slot.producer.flush(min(self.options.flush_timeout, 30.0))
         if left:
             slot.producer.purge()

@@ -302,6 +302,15 @@ class TransactionalWriter(KafkaWriter):
             self.facts_lease, self.facts = None, None
         if not producer.open:
             return
+        if producer.uncertain:
+            # A request whose outcome is unknown may still reach a broker: an abort now could
+            # let it land after the markers. The retry's InitProducerId bumps the epoch
+            # instead, which aborts this transaction and fences anything of it still in
+            # flight (docs/design.md, "The wire client's failures").
+            log.info("%s %s: requests of the failed attempt have an unknown outcome; its "
+                     "transaction is left to the retry's InitProducerId to abort", FAMILY,
+                     self.sink_id)
+            return
         try:
             producer.end(commit=False)
         except Exception as e:  # noqa: BLE001 - the retry's InitProducerId fences it

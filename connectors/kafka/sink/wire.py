@@ -1,31 +1,33 @@
-"""The transactional sink's wire path: Kafka record batches built from Arrow buffers and
-sent with Kafka's own requests (docs/design.md, "Record batches on the wire").
+"""The Kafka sink's wire path: Kafka record batches built from Arrow buffers and sent with
+Kafka's own requests (docs/design.md, "Record batches on the wire", and "The wire client's
+failures" for what happens to requests in flight on each failure).
 
 librdkafka takes records one by one: every record becomes a message struct, a queue entry
 and a copy, and its broker thread then writes each into a batch. At 1,000 partitions that
 per-record work was about 0.45 CPU-seconds per million records in the Python worker, as much
 as the broker's own work (docs/kafka-sink.md, "Into 1,000 partitions"). Here one C call
 (``_record_batch.encode``) writes a chunk of rows as finished record batches, one per target
-partition, straight from the Arrow buffers, and :class:`WireProducer` sends them in one
-Produce request per leader:
+partition, straight from the Arrow buffers, and :class:`WireProducer` sends them
+(:mod:`connectors.kafka.sink.wire_send`):
 
 - ``FindCoordinator`` and ``InitProducerId`` with the task's transactional.id: the same
   fencing as ``init_transactions`` (docs/design.md, 2T); a new producer epoch, so every
-  partition's sequence starts at 0;
-- ``AddPartitionsToTxn`` for the partitions a chunk writes, ``Produce`` (acks=all,
-  transactional batches with the producer id, epoch and each partition's next sequence);
+  partition's sequence starts at 0. Without a transactional.id: an idempotent producer id;
+- ``AddPartitionsToTxn`` for the partitions a chunk writes, ``Produce`` (acks=all, the
+  producer id, epoch and each partition's next sequence);
 - the commit fact with ``AddOffsetsToTxn`` and ``TxnOffsetCommit`` (what
   ``send_offsets_to_transaction`` sends), then ``EndTxn``: commit, or abort on failure.
 
-The request versions and the connection are in :mod:`connectors.kafka.sink.wire_protocol`.
-Transient errors (a leader moving, a coordinator loading, the previous attempt's
-transaction still ending) are asked again until ``metadataRetryTimeout``, a produce batch
-with the same sequence (the broker drops a duplicate). A broken connection fails the task:
-its retry fences this attempt and aborts its transaction, as with librdkafka.
+Failures are met as librdkafka meets them: a transient answer, a broken or timed-out
+connection, a leader or coordinator that moved: metadata from any live broker, a new
+connection (with backoff), the coordinator found again, and the request sent again, a
+Produce batch always with its same producer id, epoch and sequence, so the broker keeps one
+copy whatever arrives late. A batch is sent again until ``message.timeout.ms``; other
+requests until ``metadataRetryTimeout``.
 
 :func:`unsupported` says when the path does not apply (GSSAPI or OAUTHBEARER logins,
-compression, no C extension);
-the sink then produces through librdkafka, as before.
+compression, a connection setting it does not honour, no C extension); the sink then
+produces through librdkafka.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
+from connectors.kafka.sink import wire_send
 from connectors.kafka.sink.wire_protocol import (
     ADD_OFFSETS,
     ADD_PARTITIONS,
@@ -47,25 +50,24 @@ from connectors.kafka.sink.wire_protocol import (
     API_VERSIONS,
     CHUNK_BYTES,
     COORDINATOR_MOVED,
-    DUPLICATE_SEQUENCE,
     END_TXN,
     ERRORS,
     FENCED,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
-    MAX_REQUEST_BYTES,
     METADATA,
-    OUT_OF_ORDER_SEQUENCE,
-    PRODUCE,
+    NETWORK_EXCEPTION,
     RETRIABLE,
     TXN_OFFSET_COMMIT,
     VERSIONS,
     Connection,
+    ConnectionLost,
     Settings,
     UnsupportedBroker,
     WireError,
     encode,
     encoder_built,
+    not_honoured,
     string,
 )
 from connectors.kafka.sink.wire_sasl import MECHANISMS, mechanism_of
@@ -75,6 +77,12 @@ log = logging.getLogger(__name__)
 __all__ = ["CHUNK_BYTES", "Settings", "UnsupportedBroker", "WireError", "WireProducer",
            "available", "unsupported"]
 
+T = TypeVar("T")
+
+#: The first AddPartitionsToTxn version of brokers that verify a transaction's partitions
+#: before appending (KIP-890 part 1, Kafka 3.6): older brokers let a late Produce of an
+#: aborted transaction open a new one, so transactions on the wire need 3.6 or later.
+VERIFYING_ADD_PARTITIONS = 4
 
 #: Why the wire path was not taken, logged once per process and reason.
 _SKIPPED: set[str] = set()
@@ -106,16 +114,17 @@ def unsupported(conf: Mapping[str, Any]) -> str | None:
         codec = str(conf.get(key, "none")).lower()
         if codec not in ("none", ""):
             return f"{key}={codec} (the wire path writes uncompressed batches)"
-    for key in ("ssl.keystore.location", "ssl.engine.location", "ssl.providers",
-                "ssl.certificate.pem", "ssl.key.pem", "ssl.ca.pem", "ssl_key", "ssl.crl.location"):
-        if key in conf:
-            return f"{key} is set (the wire path reads PEM files: ssl.ca.location, " \
-                   "ssl.certificate.location, ssl.key.location)"
+    ignored = not_honoured(conf)
+    if ignored:
+        return (f"{', '.join(ignored)} set (the wire path does not honour "
+                f"{'it' if len(ignored) == 1 else 'them'}; docs/kafka-sink.md, Produce paths)")
     return None
 
 
 class WireProducer:
-    """One task attempt's transactional producer on Kafka's wire protocol."""
+    """One producer on Kafka's wire protocol: transactional (one task attempt) with a
+    ``transactional_id``, else idempotent (kept by a worker, task after task). Never used by
+    two threads at once (the worker's cache leases it to one holder)."""
 
     def __init__(self, settings: Settings, transactional_id: str | None, who: str,
                  retry_timeout: float) -> None:
@@ -126,29 +135,39 @@ class WireProducer:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.connections: dict[int, Connection] = {}
         self.bootstrap: Connection | None = None
-        self.coordinator: Connection | None = None
+        self.coordinator: int | None = None  # node id of the transaction coordinator
+        self.groups: dict[str, int] = {}  # group -> node id of its coordinator
         self.producer_id, self.epoch = -1, -1
         self.added: set[tuple[str, int]] = set()
         self.leaders: dict[str, np.ndarray] = {}
         self.seqs: dict[str, np.ndarray] = {}
-        self.groups: dict[str, Connection] = {}
         self.open = False
+        #: Requests whose outcome is unknown (a connection lost under them and no answer
+        #: came since): an abort must not race them (docs/design.md).
+        self.uncertain = False
+        self._next_bootstrap = 0
 
-    # -- set-up ---------------------------------------------------------------------------------
+    # -- connections ----------------------------------------------------------------------------
     def connect(self) -> Connection:
-        if self.bootstrap is not None:
+        """A connection for metadata and coordinator lookups: the last one while it works,
+        else the next bootstrap server or known broker that answers."""
+        if self.bootstrap is not None and not self.bootstrap.broken:
             return self.bootstrap
+        candidates = list(self.settings.bootstrap) + sorted(set(self.brokers.values()))
         errors = []
-        for host, port in self.settings.bootstrap:
+        for i in range(len(candidates)):
+            host, port = candidates[(self._next_bootstrap + i) % len(candidates)]
             try:
                 conn = Connection(host, port, self.settings)
             except OSError as e:
                 errors.append(f"{host}:{port}: {e}")
                 continue
+            self._next_bootstrap = (self._next_bootstrap + i + 1) % len(candidates)
             self._check_versions(conn)
             self.bootstrap = conn
             return conn
-        raise KafkaSinkError(f"{self.who}: no bootstrap server answered: {'; '.join(errors)}")
+        raise WireError(f"{self.who}: no broker answered: {'; '.join(errors)}",
+                        NETWORK_EXCEPTION)
 
     def _check_versions(self, conn: Connection) -> None:
         r = conn.call(API_VERSIONS, b"")  # v0: no body
@@ -159,12 +178,43 @@ class WireProducer:
         if error or missing:
             raise UnsupportedBroker(f"{self.who}: broker {conn.address} does not serve "
                                     f"{', '.join(missing) or f'ApiVersions (error {error})'}")
+        if (self.transactional_id is not None
+                and ranges[ADD_PARTITIONS][1] < VERIFYING_ADD_PARTITIONS):
+            raise UnsupportedBroker(
+                f"{self.who}: broker {conn.address} is older than Kafka 3.6 and does not "
+                "verify a transaction's partitions before appending (KIP-890), so a late "
+                "Produce of an aborted transaction could open another; transactions go "
+                "through librdkafka there")
 
+    def connection(self, node: int) -> Connection:
+        """A working connection to ``node`` (a new one when the last broke or its SASL
+        session is near its end and nothing waits on it)."""
+        conn = self.connections.get(node)
+        if conn is not None and not conn.broken and not (conn.expiring() and not conn.pending):
+            return conn
+        if conn is not None:
+            conn.close()
+        host, port = self.brokers[node]
+        try:
+            conn = Connection(host, port, self.settings)
+        except OSError as e:
+            raise WireError(f"{self.who}: cannot connect to broker {node} at {host}:{port}: "
+                            f"{e}", NETWORK_EXCEPTION) from None
+        self.connections[node] = conn
+        return conn
+
+    def close(self) -> None:
+        for conn in {id(c): c for c in (self.bootstrap, *self.connections.values())
+                     if c}.values():
+            conn.close()
+        self.connections.clear()
+        self.bootstrap = None
+
+    # -- set-up ---------------------------------------------------------------------------------
     def init(self, timeout: float) -> None:
         """``InitProducerId``: fences every older producer of this transactional.id and
         completes or aborts its open transaction (retried while it is being completed).
         Without a transactional.id: a producer id for idempotent writes (any broker)."""
-        self.connect()
         body = string(self.transactional_id) + struct.pack(
             ">i", self.settings.transaction_timeout_ms)
 
@@ -174,9 +224,10 @@ class WireProducer:
             _, error, pid, epoch = r.take(">ihqh")
             self._check(error, "InitProducerId", coordinator=True)
             self.producer_id, self.epoch = pid, epoch
+            self.seqs.clear()  # a new producer id or epoch: every sequence starts at 0
 
-        self._retrying(ask, f"InitProducerId of transactional.id {self.transactional_id!r}",
-                       max(timeout, self.retry_timeout))
+        self.retrying(ask, f"InitProducerId of transactional.id {self.transactional_id!r}",
+                      max(timeout, self.retry_timeout))
 
     def txn_coordinator(self) -> Connection:
         if self.transactional_id is None:
@@ -184,9 +235,9 @@ class WireProducer:
                                  "(internal)")
         if self.coordinator is None:
             self.coordinator = self._find_coordinator(self.transactional_id, 1)
-        return self.coordinator
+        return self.connection(self.coordinator)
 
-    def _find_coordinator(self, key: str, key_type: int) -> Connection:
+    def _find_coordinator(self, key: str, key_type: int) -> int:
         r = self.connect().call(FIND_COORDINATOR, string(key) + struct.pack(">b", key_type))
         _, error = r.take(">ih")
         r.string()
@@ -195,34 +246,23 @@ class WireProducer:
         port = r.take(">i")
         self._check(error, f"FindCoordinator of {key!r}")
         self.brokers[node] = (host, port)
-        return self.connection(node)
-
-    def connection(self, node: int) -> Connection:
-        conn = self.connections.get(node)
-        if conn is None:
-            host, port = self.brokers[node]
-            try:
-                conn = Connection(host, port, self.settings)
-            except OSError as e:
-                raise KafkaSinkError(f"{self.who}: cannot connect to broker {node} at "
-                                     f"{host}:{port}: {e}") from None
-            self.connections[node] = conn
-        return conn
+        return int(node)
 
     def prepare(self, topic: str, group: str) -> None:
         """What the transaction will need, asked before the rows come: the target's leaders
         and the fact group's coordinator."""
         self.refresh(topic)
-        self.group_coordinator(group)
+        self.retrying(lambda: self.group_coordinator(group), f"FindCoordinator of {group!r}",
+                      self.retry_timeout)
 
-    def group_coordinator(self, group: str, again: bool = False) -> Connection:
-        if again or group not in self.groups:
+    def group_coordinator(self, group: str) -> Connection:
+        if group not in self.groups:
             self.groups[group] = self._find_coordinator(group, 0)
-        return self.groups[group]
+        return self.connection(self.groups[group])
 
     def refresh(self, topic: str, partitions: int = 0) -> None:
-        """Metadata of ``topic``: every partition's leader (asked again while one of the
-        first ``partitions``, or of all the broker names, has none)."""
+        """Metadata of ``topic`` from any live broker: every partition's leader (asked again
+        while one of the first ``partitions``, or of all the broker names, has none)."""
 
         def ask() -> None:
             r = self.connect().call(METADATA, struct.pack(">i", 1) + string(topic) + b"\x00")
@@ -255,7 +295,7 @@ class WireProducer:
                                 5)
             self.leaders[topic] = leaders
 
-        self._retrying(ask, f"Metadata of topic {topic!r}", self.retry_timeout)
+        self.retrying(ask, f"Metadata of topic {topic!r}", self.retry_timeout)
 
     # -- the transaction ------------------------------------------------------------------------
     def add_partitions(self, topic: str, partitions: Iterable[int]) -> None:
@@ -279,17 +319,18 @@ class WireProducer:
                     self._check(int(code), f"AddPartitionsToTxn of {topic!r}",
                                 coordinator=True)
 
-        self._retrying(ask, f"AddPartitionsToTxn of {len(todo)} partitions of {topic!r}",
-                       self.retry_timeout)
+        self.open = True  # from the first try: the coordinator may have added some
+        self.retrying(ask, f"AddPartitionsToTxn of {len(todo)} partitions of {topic!r}",
+                      self.retry_timeout)
         self.added.update((topic, p) for p in todo)
-        self.open = True
 
     def produce(self, topic: str, partition_count: int, values: pa.Array,
                 keys: pa.Array | None, parts: np.ndarray, order: np.ndarray,
                 header: tuple[str, bytes] | None = None) -> int:
         """Send the rows ``order`` (grouped by target partition) to ``topic`` (in this
-        transaction, if transactional); returns the number of records. ``header``: a
-        recovery key on each record (``wire_protocol.encode``)."""
+        transaction, if transactional) and return once every batch is acknowledged; returns
+        the number of records. ``header``: a recovery key on each record
+        (``wire_protocol.encode``)."""
         if not len(order):
             return 0
         if len(self.leaders.get(topic, ())) < partition_count:
@@ -314,78 +355,8 @@ class WireProducer:
         if self.transactional_id is not None:
             self.add_partitions(topic, partitions[np.unique(batches[:, 0])].tolist())
         pending = [(int(partitions[g]), int(a), int(b)) for g, a, b, _ in batches.tolist()]
-        view = memoryview(data)
-        deadline = time.monotonic() + self.retry_timeout
-        while pending:
-            failed = self._send(topic, pending, view)
-            if not failed:
-                break
-            codes = sorted({code for _, code in failed})
-            if time.monotonic() > deadline:
-                raise WireError(f"{self.who}: Produce to {topic!r} still failing after "
-                                f"{self.retry_timeout:.0f}s: {self._describe(failed)}",
-                                codes[0])
-            log.info("%s: Produce to %r: %s; asking again", self.who, topic,
-                     self._describe(failed))
-            time.sleep(0.1)
-            self.refresh(topic, partition_count)
-            pending = [batch for batch, _ in failed]
+        wire_send.Sender(self, topic, partition_count, memoryview(data)).run(pending)
         return int(batches[:, 3].sum())
-
-    def _describe(self, failed: list[tuple[tuple[int, int, int], int]]) -> str:
-        names = sorted({ERRORS.get(code, str(code)) for _, code in failed})
-        return f"{len(failed)} batches, {', '.join(names)}"
-
-    def _send(self, topic: str, batches: list[tuple[int, int, int]],
-              view: memoryview) -> list[tuple[tuple[int, int, int], int]]:
-        """One round: each leader gets requests of at most one batch per partition, in
-        sequence order; returns the batches to send again with their error codes."""
-        leaders = self.leaders[topic]
-        rounds: dict[int, list[tuple[list[tuple[int, int, int]], list[int]]]] = {}
-        after: dict[int, int] = {}  # partition -> the first request its next batch may join
-        for batch in batches:
-            p, size = batch[0], batch[2] - batch[1]
-            queue = rounds.setdefault(int(leaders[p]), [])
-            j = after.get(p, 0)
-            while j < len(queue) and queue[j][1][0] + size > MAX_REQUEST_BYTES:
-                j += 1
-            if j == len(queue):
-                queue.append(([], [0]))
-            queue[j][0].append(batch)
-            queue[j][1][0] += size
-            after[p] = j + 1
-        sent: list[tuple[Connection, list[tuple[int, int, int]]]] = []
-        head = string(self.transactional_id) + struct.pack(">hi", -1, int(
-            self.settings.request_timeout * 1000)) + struct.pack(">i", 1) + string(topic)
-        for node, requests in rounds.items():
-            conn = self.connection(node)
-            for request, _ in requests:
-                parts: list[bytes | memoryview] = [head + struct.pack(">i", len(request))]
-                for p, a, b in request:
-                    parts.append(struct.pack(">ii", p, b - a))
-                    parts.append(view[a:b])
-                conn.send(PRODUCE, parts)
-                sent.append((conn, request))
-        failed: list[tuple[tuple[int, int, int], int]] = []
-        broken: set[int] = set()
-        for conn, request in sent:
-            r = conn.receive()
-            by_partition = {b[0]: b for b in request}
-            for _ in range(r.take(">i")):
-                r.string()
-                for _ in range(r.take(">i")):
-                    p, code = r.take(">ih")
-                    r.at += 24  # base offset, log append time, log start offset
-                    if code in (0, DUPLICATE_SEQUENCE):
-                        continue
-                    if code in RETRIABLE:
-                        broken.add(p)
-                        failed.append((by_partition[p], code))
-                    elif code == OUT_OF_ORDER_SEQUENCE and p in broken:
-                        failed.append((by_partition[p], code))  # behind a failed batch
-                    else:
-                        self._check(code, f"Produce to {topic}[{p}]")
-        return failed
 
     def send_offset(self, group: str, topic: str, partition: int, offset: int,
                     metadata: str) -> None:
@@ -399,27 +370,29 @@ class WireProducer:
             _, error = r.take(">ih")
             self._check(error, f"AddOffsetsToTxn of group {group!r}", coordinator=True)
 
-        self._retrying(add, f"AddOffsetsToTxn of group {group!r}", self.retry_timeout)
         self.open = True
+        self.retrying(add, f"AddOffsetsToTxn of group {group!r}", self.retry_timeout)
         body = (string(self.transactional_id) + string(group) + ids + struct.pack(">i", 1)
                 + string(topic) + struct.pack(">iiqi", 1, partition, offset, -1)
                 + string(metadata))
-        moved = [False]
 
         def commit() -> None:
-            r = self.group_coordinator(group, again=moved[0]).call(TXN_OFFSET_COMMIT, body)
+            r = self.group_coordinator(group).call(TXN_OFFSET_COMMIT, body)
             r.take(">i")
             for _ in range(r.take(">i")):
                 r.string()
                 for _ in range(r.take(">i")):
                     _, error = r.take(">ih")
-                    moved[0] = error in COORDINATOR_MOVED
+                    if error in COORDINATOR_MOVED:
+                        self.groups.pop(group, None)
                     self._check(error, f"TxnOffsetCommit of group {group!r}")
 
-        self._retrying(commit, f"TxnOffsetCommit of group {group!r}", self.retry_timeout)
+        self.retrying(commit, f"TxnOffsetCommit of group {group!r}", self.retry_timeout,
+                      group=group)
 
     def end(self, commit: bool) -> None:
-        """``EndTxn``: commit or abort what this attempt added."""
+        """``EndTxn``: commit or abort what this attempt added. Sent again after a lost
+        answer: the coordinator answers a repeated EndTxn of the same outcome with success."""
         body = string(self.transactional_id) + struct.pack(">qhb", self.producer_id, self.epoch,
                                                           1 if commit else 0)
 
@@ -428,25 +401,18 @@ class WireProducer:
             _, error = r.take(">ih")
             self._check(error, "EndTxn", coordinator=True)
 
-        self._retrying(ask, "EndTxn (commit)" if commit else "EndTxn (abort)",
-                       self.retry_timeout)
+        self.retrying(ask, "EndTxn (commit)" if commit else "EndTxn (abort)",
+                      self.retry_timeout)
         self.open = False
 
     # confluent-kafka's Producer.flush and purge, for the recovery-key mode's slot: every
-    # produce() call returns once the broker acknowledged its records.
+    # produce() call returns once the broker acknowledged its records (or failed with
+    # nothing of its own left in flight: wire_send.Sender drains before it raises).
     def flush(self, timeout: float = 0.0) -> int:
         return 0
 
     def purge(self) -> None:
         pass
-
-    def close(self) -> None:
-        for conn in {id(c): c for c in (self.bootstrap, self.coordinator,
-                                        *self.connections.values()) if c}.values():
-            conn.close()
-        self.connections.clear()
-        self.groups.clear()
-        self.bootstrap = self.coordinator = None
 
     # -- errors ---------------------------------------------------------------------------------
     def _check(self, code: int, request: str, coordinator: bool = False) -> None:
@@ -460,18 +426,32 @@ class WireProducer:
                             f"fenced transactional.id {self.transactional_id!r}", code)
         raise WireError(f"{self.who}: {request}: {name}", code)
 
-    def _retrying(self, ask: Callable[[], None], what: str, timeout: float) -> None:
+    def backoff(self, attempt: int) -> float:
+        """librdkafka's retry backoff: ``retry.backoff.ms`` doubling to its maximum."""
+        s = self.settings
+        return float(min(s.retry_backoff * (2 ** min(attempt, 16)), s.retry_backoff_max))
+
+    def retrying(self, ask: Callable[[], T], what: str, timeout: float,
+                 group: str | None = None) -> T:
+        """``ask()`` until it succeeds, a non-retriable error, or ``timeout``. A lost
+        connection counts as retriable (these requests are safe to send again); the
+        coordinator it was is looked up again."""
         deadline = time.monotonic() + timeout
-        delay = 0.01
+        attempt = 0
         while True:
             try:
-                ask()
-                return
+                return ask()
             except WireError as e:
-                if e.code not in RETRIABLE or time.monotonic() + delay > deadline:
+                if isinstance(e, ConnectionLost) or e.code == NETWORK_EXCEPTION:
+                    self.coordinator = None  # found again: it may have moved
+                    if group is not None:
+                        self.groups.pop(group, None)
+                pause = self.backoff(attempt)
+                attempt += 1
+                if e.code not in RETRIABLE or time.monotonic() + pause > deadline:
                     if e.code in RETRIABLE:
                         raise WireError(f"{self.who}: {what}: still {e.name} after "
-                                        f"{timeout:.0f}s", e.code) from None
+                                        f"{timeout:.0f}s ({e})", e.code) from None
                     raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                log.debug("%s: %s: %s; asking again in %.2fs", self.who, what, e, pause)
+                time.sleep(pause)

@@ -11,6 +11,7 @@ every new bootstrap connection.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import struct
@@ -62,7 +63,7 @@ ERRORS = {
     47: "INVALID_PRODUCER_EPOCH", 48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING",
     50: "INVALID_TRANSACTION_TIMEOUT", 51: "CONCURRENT_TRANSACTIONS",
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 56: "KAFKA_STORAGE_ERROR",
-    58: "SASL_AUTHENTICATION_FAILED",
+    58: "SASL_AUTHENTICATION_FAILED", 59: "UNKNOWN_PRODUCER_ID",
     74: "FENCED_LEADER_EPOCH", 75: "UNKNOWN_LEADER_EPOCH", 87: "INVALID_RECORD",
     89: "THROTTLING_QUOTA_EXCEEDED", 90: "PRODUCER_FENCED",
 }
@@ -73,7 +74,7 @@ RETRIABLE = frozenset({3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 51, 56, 74, 75, 89})
 COORDINATOR_MOVED = frozenset({15, 16})
 #: This producer was fenced by a newer attempt of the same task.
 FENCED = frozenset({47, 90})
-DUPLICATE_SEQUENCE, OUT_OF_ORDER_SEQUENCE = 46, 45
+DUPLICATE_SEQUENCE, OUT_OF_ORDER_SEQUENCE, NETWORK_EXCEPTION = 46, 45, 13
 
 #: The largest record batch (librdkafka's and the broker's default ``message.max.bytes``;
 #: ``kafka.message.max.bytes`` lowers or raises it).
@@ -98,51 +99,125 @@ def encoder_built() -> bool:
     return _record_batch is not None
 
 
+#: librdkafka settings the wire path honours itself (``Settings.of``); every other setting
+#: of the families in :data:`CONNECTION_FAMILIES` sends the records through librdkafka
+#: instead (``wire.unsupported``), so no setting that shapes a connection is silently
+#: ignored. Settings of other families (linger, batching, queueing) have no meaning here.
+HONOURED = frozenset({
+    "bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
+    "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm",
+    "enable.ssl.certificate.verification",
+    "socket.timeout.ms", "socket.connection.setup.timeout.ms", "socket.keepalive.enable",
+    "socket.nagle.disable", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
+    "request.timeout.ms", "message.timeout.ms", "delivery.timeout.ms", "transaction.timeout.ms",
+    "message.max.bytes", "receive.message.max.bytes", "retry.backoff.ms",
+    "retry.backoff.max.ms", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
+    "broker.address.family",
+})
+#: Prefixes of the settings that shape a connection (see :data:`HONOURED`).
+CONNECTION_FAMILIES = ("ssl.", "ssl_", "sasl.", "socket.", "broker.", "security.",
+                       "client.dns.", "connections.", "reconnect.", "https.", "oauthbearer")
+#: A SASL session is renewed (a new connection) when this share of its lifetime has passed
+#: (KIP-368: the broker closes a connection whose session expired).
+REAUTH_AT = 0.85
+
+
+def _ms(conf: Mapping[str, Any], key: str, default: int) -> float:
+    return int(conf.get(key, default)) / 1000.0
+
+
 @dataclass(frozen=True)
 class Settings:
-    """What the wire path takes from the sink's librdkafka producer configuration."""
+    """What the wire path takes from the sink's librdkafka producer configuration, with
+    librdkafka's defaults (``request_timeout``: what the broker may take for ``acks=all``;
+    ``socket_timeout``: how long the client waits for any answer, always above it;
+    ``delivery_timeout``: ``message.timeout.ms``, how long a batch may be sent again)."""
 
     bootstrap: tuple[tuple[str, int], ...]
     client_id: str
     request_timeout: float
+    socket_timeout: float
+    connect_timeout: float
+    delivery_timeout: float
+    retry_backoff: float
+    retry_backoff_max: float
     transaction_timeout_ms: int
     max_batch_bytes: int
+    max_frame_bytes: int
+    keepalive: bool
     ssl_context: ssl.SSLContext | None
     login: Login | None
 
     @classmethod
     def of(cls, conf: Mapping[str, Any]) -> Settings:
         servers = []
-        for item in str(conf["bootstrap.servers"]).split(","):
+        listed = conf.get("bootstrap.servers") or conf.get("metadata.broker.list") or ""
+        for item in str(listed).split(","):
             item = item.strip()
             item = item.split("://", 1)[-1]
             if not item:
                 continue
             host, _, port = item.rpartition(":")
             servers.append((host.strip("[]") or "localhost", int(port or 9092)))
-        context = None
-        if str(conf.get("security.protocol", "plaintext")).lower() in ("ssl", "sasl_ssl"):
-            context = ssl.create_default_context(cafile=conf.get("ssl.ca.location"))
-            if str(conf.get("enable.ssl.certificate.verification", "true")).lower() == "false":
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            elif str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() \
-                    == "none":
-                context.check_hostname = False
-            if conf.get("ssl.certificate.location"):
-                context.load_cert_chain(conf["ssl.certificate.location"],
-                                        conf.get("ssl.key.location"),
-                                        conf.get("ssl.key.password"))
+        request_timeout = _ms(conf, "request.timeout.ms", 30000)
         return cls(
             bootstrap=tuple(servers),
             client_id=str(conf.get("client.id", "eo-kafka-sink")),
-            request_timeout=int(conf.get("request.timeout.ms",
-                                         conf.get("socket.timeout.ms", 30000))) / 1000.0,
+            request_timeout=request_timeout,
+            # librdkafka waits socket.timeout.ms for a Produce answer; the broker may take
+            # request.timeout.ms to answer one, so the client always waits longer than that.
+            socket_timeout=max(_ms(conf, "socket.timeout.ms", 60000), request_timeout + 5.0),
+            connect_timeout=_ms(conf, "socket.connection.setup.timeout.ms", 30000),
+            delivery_timeout=_ms(conf, "message.timeout.ms",
+                                 int(conf.get("delivery.timeout.ms", 300000))),
+            retry_backoff=_ms(conf, "retry.backoff.ms", 100),
+            retry_backoff_max=_ms(conf, "retry.backoff.max.ms", 1000),
             transaction_timeout_ms=int(conf.get("transaction.timeout.ms", 60000)),
             max_batch_bytes=int(conf.get("message.max.bytes", DEFAULT_MAX_BATCH_BYTES)),
-            ssl_context=context,
+            max_frame_bytes=int(conf.get("receive.message.max.bytes", 100_000_000)) + 512,
+            keepalive=str(conf.get("socket.keepalive.enable", "false")).lower() == "true",
+            ssl_context=_ssl_context(conf),
             login=Login.of(conf),
         )
+
+
+def _ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The TLS settings librdkafka would use: ``ssl.ca.location`` a file, a directory or
+    ``probe`` (the system's trust store), client certificate, cipher suites, verification."""
+    if str(conf.get("security.protocol", "plaintext")).lower() not in ("ssl", "sasl_ssl"):
+        return None
+    ca = conf.get("ssl.ca.location")
+    if ca and os.path.isdir(str(ca)):
+        context = ssl.create_default_context(capath=str(ca))
+    elif ca and str(ca).lower() != "probe":
+        context = ssl.create_default_context(cafile=str(ca))
+    else:
+        context = ssl.create_default_context()  # the system's trust store
+    if conf.get("ssl.cipher.suites"):
+        context.set_ciphers(str(conf["ssl.cipher.suites"]))
+    if str(conf.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        context.check_hostname = False
+    if conf.get("ssl.certificate.location"):
+        context.load_cert_chain(conf["ssl.certificate.location"], conf.get("ssl.key.location"),
+                                conf.get("ssl.key.password"))
+    return context
+
+
+def not_honoured(conf: Mapping[str, Any]) -> list[str]:
+    """The settings of ``conf`` that shape a connection and that the wire path does not
+    honour (sorted); ``broker.address.family`` other than ``any``/``v4`` counts too."""
+    out = sorted(k for k in conf if k not in HONOURED
+                 and str(k).lower().startswith(CONNECTION_FAMILIES))
+    if str(conf.get("broker.address.family", "any")).lower() not in ("any", "v4"):
+        out.append("broker.address.family")
+    if str(conf.get("socket.nagle.disable", "true")).lower() == "false":
+        out.append("socket.nagle.disable")
+    return out
 
 
 class WireError(KafkaSinkError):
@@ -219,57 +294,106 @@ def encode(values: pa.Array, keys: pa.Array | None, order: np.ndarray, parts: np
 
 
 # -- connections ----------------------------------------------------------------------------------
+class ConnectionLost(WireError):
+    """A broker connection that broke, timed out or answered out of protocol: every request
+    still unanswered on it has an unknown outcome (``unanswered``). Retriable: the caller
+    connects again and sends again (a Produce with its same sequence)."""
+
+    def __init__(self, message: str, unanswered: int) -> None:
+        super().__init__(message, NETWORK_EXCEPTION)
+        self.unanswered = unanswered
+
+
 class Connection:
-    """One broker connection; requests may be pipelined (answers come in order)."""
+    """One broker connection. Requests may be pipelined; each answer is matched to its
+    request by correlation id, never by position. Any failure (a timeout, a reset, a frame
+    too large or out of protocol) closes the connection for good (``broken``): a caller
+    never reads a stale answer from it."""
 
     def __init__(self, host: str, port: int, settings: Settings) -> None:
         self.address = f"{host}:{port}"
-        sock = socket.create_connection((host, port), timeout=settings.request_timeout)
+        self.settings = settings
+        sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if settings.keepalive:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if settings.ssl_context is not None:
             sock = settings.ssl_context.wrap_socket(sock, server_hostname=host)
+        sock.settimeout(settings.socket_timeout)
         self.sock = sock
         self.client_id = string(settings.client_id)
         self.next_id = 0
-        self.waiting: list[tuple[int, int]] = []
+        self.pending: dict[int, int] = {}  # correlation id -> API key, in send order
+        self.answers: dict[int, bytearray] = {}  # answers read ahead of their turn
+        self.broken = False
+        self.renew_at = float("inf")
         if settings.login is not None:
             try:
-                authenticate(self.call, settings.login)
+                lifetime_ms = authenticate(self.call, settings.login)
             except SaslFailed as e:
                 self.close()
                 raise WireError(f"{FAMILY}: {self.address}: {e}", 58) from None
+            if lifetime_ms > 0:  # KIP-368: the broker closes the session at its end
+                self.renew_at = time.monotonic() + REAUTH_AT * lifetime_ms / 1000.0
 
-    def send(self, api: int, parts: Sequence[bytes | memoryview]) -> None:
-        self.next_id += 1
+    def expiring(self) -> bool:
+        """The SASL session is near its end: open a new connection before the next burst."""
+        return time.monotonic() >= self.renew_at
+
+    def send(self, api: int, parts: Sequence[bytes | memoryview]) -> int:
+        """Send one request; its correlation id, to :meth:`receive` its answer by."""
+        if self.broken:
+            raise self._lost(api, "the connection was already closed")
+        self.next_id = (self.next_id + 1) & 0x7FFFFFFF
         header = struct.pack(">hhi", api, VERSIONS.get(api, 0), self.next_id) + self.client_id
         size = len(header) + sum(len(p) for p in parts)
+        self.pending[self.next_id] = api
         try:
             self.sock.sendall(struct.pack(">i", size) + header)
             for p in parts:
                 self.sock.sendall(p)
         except OSError as e:
-            raise self.lost(api, e) from None
-        self.waiting.append((self.next_id, api))
+            raise self._lost(api, e) from None
+        return self.next_id
 
-    def receive(self) -> _Reader:
-        expected, api = self.waiting.pop(0)
-        try:
-            size = struct.unpack(">i", self._read(4))[0]
-            body = self._read(size)
-        except OSError as e:
-            raise self.lost(api, e) from None
-        got = struct.unpack_from(">i", body)[0]
-        if got != expected:
-            raise KafkaSinkError(f"{FAMILY}: {self.address} answered request {got}, expected "
-                                 f"{expected} ({API_NAMES.get(api, api)})")
+    def receive(self, correlation: int | None = None) -> _Reader:
+        """The answer to ``correlation`` (default: the oldest request unanswered). Answers
+        of other requests read on the way are kept for their own :meth:`receive`."""
+        if correlation is None:
+            correlation = next(iter(self.pending))
+        api = self.pending.get(correlation)
+        if api is None:
+            raise KafkaSinkError(f"{FAMILY}: no request {correlation} waits on "
+                                 f"{self.address} (internal)")
+        body = self.answers.pop(correlation, None)
+        while body is None:
+            if self.broken:
+                raise self._lost(api, "the connection was closed")
+            try:
+                size = struct.unpack(">i", self._read(4))[0]
+                if not 4 <= size <= self.settings.max_frame_bytes:
+                    raise ProtocolViolation(f"an answer of {size} bytes (at most "
+                                            f"{self.settings.max_frame_bytes}, "
+                                            "receive.message.max.bytes)")
+                frame = self._read(size)
+                got = struct.unpack_from(">i", frame)[0]
+                if got not in self.pending or got in self.answers:
+                    raise ProtocolViolation(f"an answer to request {got}, which is not "
+                                            "waiting")
+            except (OSError, ProtocolViolation) as e:
+                raise self._lost(api, e) from None
+            if got == correlation:
+                body = frame
+            else:
+                self.answers[got] = frame
+        del self.pending[correlation]
         reader = _Reader(body)
         reader.at = 4
         return reader
 
     def call(self, api: int, body: bytes) -> _Reader:
-        self.send(api, [body])
-        return self.receive()
+        return self.receive(self.send(api, [body]))
 
     def _read(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -281,19 +405,27 @@ class Connection:
             got += k
         return buf
 
-    def lost(self, api: int, error: OSError) -> KafkaSinkError:
-        """A connection that broke mid-request: what was sent has an unknown outcome, so
-        the task fails (its retry fences or scans, as after any failed attempt)."""
-        return KafkaSinkError(
+    def _lost(self, api: int, error: object) -> ConnectionLost:
+        """Close for good; the error names the broker, the request and how many requests
+        have an unknown outcome now."""
+        unanswered = len(self.pending)
+        self.close()
+        what = str(error) or type(error).__name__
+        return ConnectionLost(
             f"{FAMILY}: the connection to broker {self.address} broke during "
-            f"{API_NAMES.get(api, f'request {api}')}: {error or type(error).__name__}; the task "
-            "fails and its retry writes what this attempt did not commit")
+            f"{API_NAMES.get(api, f'request {api}')} ({what}); {unanswered} requests "
+            "unanswered", unanswered)
 
     def close(self) -> None:
+        self.broken = True
         try:
             self.sock.close()
         except OSError:
             pass
+
+
+class ProtocolViolation(Exception):
+    """An answer no correct broker sends (internal: it closes the connection)."""
 
 
 class UnsupportedBroker(KafkaSinkError):

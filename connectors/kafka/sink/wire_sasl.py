@@ -20,6 +20,10 @@ from typing import Any
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
+#: The SCRAM iteration counts a Kafka broker can ask for (Kafka's ScramMechanism: credentials
+#: are stored with 4,096 to 16,384). Anything else is refused, as Java's client refuses fewer
+#: than 4,096: a server asking for 1 weakens the proof, one asking for 2^31 stalls the task.
+SCRAM_ITERATIONS = (4096, 16384)
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
@@ -49,15 +53,18 @@ class SaslFailed(Exception):
     """The broker refused the login; the text names Kafka's error, never the secret."""
 
 
-def authenticate(call: Callable[[int, bytes], Any], login: Login) -> None:
+def authenticate(call: Callable[[int, bytes], Any], login: Login) -> int:
     """Log in on a new connection; ``call(api, body)`` sends a request and returns the
-    answer's reader (wire_protocol.Connection.call)."""
+    answer's reader (wire_protocol.Connection.call). Returns the session's lifetime in ms
+    that the broker announced (KIP-368; 0: no limit)."""
     r = call(SASL_HANDSHAKE, _string(login.mechanism))
     error = r.take(">h")
     offered = r.array(r.string)
     if error:
         raise SaslFailed(f"SaslHandshake: UNSUPPORTED_SASL_MECHANISM ({login.mechanism}; the "
                          f"listener offers {', '.join(offered)})")
+
+    lifetime = [0]
 
     def step(payload: bytes) -> bytes:
         r = call(SASL_AUTHENTICATE, struct.pack(">i", len(payload)) + payload)
@@ -69,12 +76,14 @@ def authenticate(call: Callable[[int, bytes], Any], login: Login) -> None:
         if error:
             raise SaslFailed(f"SASL_AUTHENTICATION_FAILED: {message or 'error ' + str(error)} "
                              f"(sasl.username, sasl.password, sasl.mechanism)")
+        lifetime[0] = r.take(">q")  # v1: session_lifetime_ms
         return data
 
     if login.mechanism == "PLAIN":
         step(b"\0" + login.username.encode() + b"\0" + login.password.encode())
-        return
-    _scram(step, login)
+    else:
+        _scram(step, login)
+    return int(lifetime[0])
 
 
 def _scram(step: Callable[[bytes], bytes], login: Login) -> None:
@@ -87,8 +96,17 @@ def _scram(step: Callable[[bytes], bytes], login: Login) -> None:
     if not fields.get("r", "").startswith(nonce):
         raise SaslFailed("SASL_AUTHENTICATION_FAILED: the server's SCRAM nonce does not "
                          "extend ours")
+    try:
+        iterations = int(fields.get("i", ""))
+    except ValueError:
+        iterations = -1
+    low, high = SCRAM_ITERATIONS
+    if not low <= iterations <= high:
+        raise SaslFailed(f"SASL_AUTHENTICATION_FAILED: the server asked for {fields.get('i')!r} "
+                         f"SCRAM iterations; a Kafka broker asks for {low} to {high} (not the "
+                         "broker we meant to log in to?)")
     salted = hashlib.pbkdf2_hmac(digest().name, login.password.encode(),
-                                 base64.b64decode(fields["s"]), int(fields["i"]))
+                                 base64.b64decode(fields["s"]), iterations)
     client_key = hmac.new(salted, b"Client Key", digest).digest()
     final_bare = f"c=biws,r={fields['r']}"
     message = f"{first_bare},{server_first},{final_bare}".encode()
