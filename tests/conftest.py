@@ -433,6 +433,48 @@ def hdfs_url(hdfs_service: HdfsService) -> str:
     return hdfs_service.hdfs_url
 
 
+# -- schema registry ----------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def schema_registry(request: pytest.FixtureRequest,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Confluent-compatible schema registry (tests/services/registry.py says the
+    order): ``SCHEMA_REGISTRY_URL``, else Apicurio Registry started from its Maven-built
+    jar; its API is checked once with confluent-kafka's own client."""
+    from tests.services.registry import RegistryService, check_ccompat, from_environment
+
+    found = from_environment()
+    if found is not None:
+        announce(request, f"schema registry: SCHEMA_REGISTRY_URL={found.url}")
+        check_ccompat(found.url)
+        yield found
+        return
+    from connectors.core.errors import ConnectorError
+    from connectors.demo.services import maven
+    from connectors.demo.services.registry import LocalRegistry
+
+    missing = maven.java_and_maven()
+    if missing is not None:
+        unavailable("schema registry", f"no SCHEMA_REGISTRY_URL, and {missing}")
+    try:
+        reg = LocalRegistry(workdir=str(tmp_path_factory.mktemp("registry"))).start()
+    except ConnectorError as e:
+        unavailable("schema registry", f"no SCHEMA_REGISTRY_URL, and Apicurio did not start: {e}")
+    announce(request, f"schema registry: started Apicurio Registry {reg.version} in "
+              f"{reg.started_in:.1f}s at {reg.url}, log {reg.log_path}")
+    try:
+        check_ccompat(reg.url)
+        yield RegistryService(reg.url, reg.version, reg.log_path, reg)
+    finally:
+        reg.stop()
+
+
+@pytest.fixture(scope="session")
+def registry_url(schema_registry: Any) -> str:
+    """The registry's Confluent API base URL (what ``schemaRegistry.url`` takes)."""
+    url: str = schema_registry.url
+    return url
+
+
 # -- S3 --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def s3_service(request: pytest.FixtureRequest,

@@ -1,0 +1,205 @@
+"""A local, real Schema Registry for the demo, the test tier and the benchmarks.
+
+:class:`LocalRegistry` runs Apicurio Registry (its Confluent-compatible REST API under
+``/apis/ccompat/v7``) with in-memory storage on a free loopback port. The application is
+packaged once from Maven Central by :func:`build` (``apicurio/pom.xml`` beside this file:
+the ``apicurio-registry-app`` module through the Quarkus Maven plugin; why that version is
+in the pom) into ``$EO_CONNECTORS_CACHE`` (default ``~/.cache/eo-connectors``), one directory
+per pom content, so a version bump builds afresh. It needs Java 17 and Maven.
+
+``python -m connectors.demo.services.registry --prepare`` builds it ahead of time (what
+``scripts/run-tests`` step 3 runs); without ``--prepare`` it starts one and prints its URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from connectors.core.errors import ConnectorError
+from connectors.demo.services import maven
+from connectors.demo.services.kafka import _stop, free_port
+
+log = logging.getLogger(__name__)
+
+POM = Path(__file__).with_name("apicurio") / "pom.xml"
+#: Where Apicurio serves Confluent's REST API (what every client is given as its URL).
+CCOMPAT_PATH = "/apis/ccompat/v7"
+_DONE = ".built"
+
+
+def build(timeout: float = 1800.0) -> Path:
+    """The directory holding the packaged registry (``*-runner.jar`` and ``lib/``), built
+    once per pom content. Raises :class:`ConnectorError` with Maven's last lines on failure."""
+    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
+    target = maven.cache_root() / "registry" / f"apicurio-{digest}"
+    if (target / _DONE).exists():
+        return target
+    missing = maven.java_and_maven()
+    if missing:
+        raise ConnectorError(f"cannot build the schema registry: {missing}")
+    with maven.locked(target.with_suffix(".lock")):
+        if (target / _DONE).exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".apicurio-", dir=target.parent))
+        shutil.copy(POM, work / "pom.xml")
+        cmd = ["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "-DskipTests",
+               "-Dquarkus.analytics.disabled=true", "package"]
+        log.info("building the schema registry (Apicurio) from Maven Central into %s", target)
+        try:
+            done = subprocess.run(  # noqa: S603 - fixed argv
+                cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                env={**os.environ, "MAVEN_OPTS": os.environ.get("MAVEN_OPTS", "-Xmx768m")},
+            )
+        except subprocess.TimeoutExpired as e:
+            shutil.rmtree(work, ignore_errors=True)
+            raise ConnectorError(f"building the schema registry took over {timeout:.0f}s") from e
+        runners = list((work / "target").glob("*-runner.jar"))
+        if done.returncode != 0 or not runners:
+            shutil.rmtree(work, ignore_errors=True)
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+            raise ConnectorError(
+                f"cannot build the schema registry from {POM} (mvn exit {done.returncode}):\n"
+                f"{tail}")
+        staging = work / "app"
+        staging.mkdir()
+        os.replace(runners[0], staging / "registry-runner.jar")
+        os.replace(work / "target" / "lib", staging / "lib")
+        (staging / _DONE).write_text(" ".join(cmd) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+class LocalRegistry:
+    """Apicurio Registry (in-memory storage) on a free loopback port.
+
+    ``url`` is the Confluent-compatible base URL clients take
+    (``http://127.0.0.1:<port>/apis/ccompat/v7``). The JVM's output goes to ``log_path``.
+    """
+
+    def __init__(self, *, heap: str = "256m", workdir: str | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = self.base + CCOMPAT_PATH
+        self._own_dir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="eo-registry-"))
+        self.log_path = str(self.workdir / "registry.log")
+        self.heap = heap
+        self.version = "?"
+        self.started_in: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 120.0) -> LocalRegistry:
+        began = time.monotonic()
+        app = build()
+        cmd = [
+            "java", f"-Xmx{self.heap}", "-Xss512k", "-XX:+UseSerialGC",
+            # C1 only: a test session's registry answers a few hundred requests.
+            "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-Dquarkus.http.port={self.port}", "-Dquarkus.http.host=127.0.0.1",
+            # no telemetry, no background phone-home; the H2 database lives in memory
+            "-Dquarkus.analytics.disabled=true",
+            f"-Djava.io.tmpdir={self.workdir}",
+            "-jar", str(app / "registry-runner.jar"),
+        ]
+        with open(self.log_path, "ab") as out:
+            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+                start_new_session=True)
+        try:
+            self._wait_ready(began + timeout)
+        except BaseException:
+            self.stop(keep=True)
+            raise
+        self.started_in = time.monotonic() - began
+        log.info("schema registry (Apicurio %s) at %s, up in %.1fs, log %s", self.version,
+                 self.url, self.started_in, self.log_path)
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
+        last = "not polled yet"
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise ConnectorError(
+                    f"the schema registry exited with code {self._proc.returncode} during "
+                    f"start-up (log: {self.log_path}): {_tail(self.log_path)}")
+            try:
+                with urllib.request.urlopen(self.url + "/subjects", timeout=2) as r:  # noqa: S310
+                    if r.status == 200:
+                        self.version = _version(self.base)
+                        return
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise ConnectorError(f"the schema registry at {self.url} was not ready in time: "
+                             f"{last} (log: {self.log_path})")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def stop(self, keep: bool = False) -> None:
+        _stop(self._proc, grace=10.0)
+        self._proc = None
+        if self._own_dir and not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> LocalRegistry:
+        return self.start() if self._proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _version(base: str) -> str:
+    import json
+
+    try:
+        with urllib.request.urlopen(base + "/apis/registry/v2/system/info",  # noqa: S310
+                                    timeout=2) as r:
+            return str(json.load(r).get("version") or "?")
+    except (urllib.error.URLError, OSError, ValueError):
+        return "?"
+
+
+def _tail(path: str, lines: int = 5) -> str:
+    try:
+        text = Path(path).read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--prepare``: build only; otherwise start one, print its URL, stop on Ctrl-C."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if "--prepare" in args:
+        print(f"schema registry: {build()}")
+        return 0
+    with LocalRegistry() as reg:
+        print(f"schema registry (Apicurio {reg.version}) at {reg.url}; Ctrl-C stops it")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
