@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -47,7 +48,10 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: a fresh temp directory, removed unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (the WALs, "
                    "checkpoint, output and database stay there for the CLI: wal show, files "
-                   "status, sink status)")
+                   "status, sink status); the demo ends by printing those commands")
+    p.add_argument("--keep-broker", action="store_true", help="leave the local Kafka broker "
+                   "running after the demo (implies --keep), so lag and transactions can be "
+                   "tried too; the demo prints how to stop it")
     p.add_argument("--lines", type=int, default=20000, help="lines of words to produce")
     p.add_argument("--batch-size", type=int, default=1000,
                    help="maxOffsetsPerTrigger of the pipeline (lines per micro-batch)")
@@ -209,6 +213,7 @@ def run_demo(args: argparse.Namespace) -> int:
     os.makedirs(workdir, exist_ok=True)
     started = time.monotonic()
     broker = None
+    stop_broker: str | None = None
     quiet = args.json
     say = (lambda *a: None) if quiet else print
     try:
@@ -219,6 +224,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 "first run downloads them)...")
             broker = start_local_kafka(os.path.join(workdir, "kafka"))
             bootstrap = broker.bootstrap
+            pid = getattr(broker, "pid", None)
+            if args.keep_broker and pid:
+                # its own session (process group): one signal stops it and its children
+                stop_broker = f"kill -TERM -- -{pid}"
             kind = "tansu (fallback)" if broker.version == "tansu" else "Apache Kafka"
             say(f"  {kind} {broker.version} on {bootstrap}")
         # The seed fixes the data and the kill times; the token keeps a rerun with the same
@@ -293,18 +302,66 @@ def run_demo(args: argparse.Namespace) -> int:
             "db_url": redact_url(cfg["db_url"]),
             "sinks": [dict(c.__dict__, ok=c.ok) for c in checks],
         }
+        kept = bool(args.workdir or args.keep or args.keep_broker)
+        broker_up = broker is None or bool(args.keep_broker)
+        commands = inspect_commands(cfg, broker_up) if kept else []
+        if kept:
+            report["inspect"] = {"workdir": workdir, "bootstrap": bootstrap,
+                                 "broker_running": broker_up, "stop_broker": stop_broker,
+                                 "commands": [c for c, _ in commands]}
         if args.json:
             print(json.dumps(report, indent=2))
         else:
             print_report(report, checks)
+            print_inspect(commands, broker_up)
         return 0 if ok else 1
     finally:
-        if broker is not None:
+        if broker is not None and not args.keep_broker:
             broker.stop()
-        if not args.workdir and not args.keep:
+        elif broker is not None and not quiet:
+            print(f"the local Kafka broker keeps running on {broker.bootstrap} (its data and "
+                  f"log under {os.path.join(workdir, 'kafka')}); stop it with: "
+                  f"{stop_broker or 'kill its process'}")
+        if not args.workdir and not args.keep and not args.keep_broker:
             shutil.rmtree(workdir, ignore_errors=True)
         elif not quiet:
             print(f"work directory kept: {workdir}")
+
+
+def inspect_commands(cfg: dict[str, Any], broker_up: bool) -> list[tuple[str, str]]:
+    """Ready-to-paste CLI commands for what this run left: ``(command, what it shows)``;
+    the Kafka ones last, marked when they need a broker that is no longer running."""
+    q = shlex.quote
+    cli = "python -m connectors"
+    url = redact_url(cfg["db_url"])
+    kafka_note = "" if broker_up else " [needs a running broker: rerun with --keep-broker]"
+    return [
+        (f"{cli} wal show {q(cfg['wal'] + '/source')}",
+         "eo_kafka source: its windows, committed or pending"),
+        (f"{cli} wal show {q(cfg['wal'] + '/kafka-sink')}",
+         "eo_kafka sink: its committed batches"),
+        (f"{cli} files status {q(cfg['files'])}", "eo_files sink: committed batches and files"),
+        (f"{cli} sink status --url {q(url)} --sink-id {q(cfg['sink_id'])}",
+         "eo_jdbc sink: its last committed batch" + (
+             " (put the password back in place of ***)" if url != cfg["db_url"] else "")),
+        (f"{cli} lag --bootstrap {q(cfg['bootstrap'])} --group {q(cfg['sink_id'])}",
+         "the source's consumer group against the input topic" + kafka_note),
+        (f"{cli} transactions --bootstrap {q(cfg['bootstrap'])} --topic {q(cfg['out_topic'])} "
+         f"--sink-id {q(cfg['sink_id'])}",
+         "open transactions on the output topic (none: this demo's Kafka sink uses recovery "
+         "keys, not transactions)" + kafka_note),
+    ]
+
+
+def print_inspect(commands: list[tuple[str, str]], broker_up: bool) -> None:
+    if not commands:
+        return
+    print("\ninspect what this run left (paste any of these):")
+    for command, what in commands:
+        print(f"  # {what}\n  {command}")
+    if not broker_up:
+        print("  (the local broker was stopped: --keep-broker leaves it running, or point "
+              "--bootstrap at a broker of your own)")
 
 
 def _quiet_produce(bootstrap: str, topic: str, lines: int, rng: random.Random) -> Counter[str]:

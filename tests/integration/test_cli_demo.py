@@ -1,0 +1,52 @@
+"""The demo, run as a new user would (issue 36, item 4): with ``--keep-broker`` it leaves its
+own broker running and its work directory in place, and every command it prints for them
+runs and answers (lag and transactions included); the printed stop command stops the
+broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from typing import Any
+
+from tests.helpers import REPO, wait_for
+
+
+def _alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie waiting for whoever adopted it to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_demo_keep_broker_prints_commands_that_all_answer(tmp_path: Any) -> None:
+    workdir = tmp_path / "demo"
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run(
+        [sys.executable, "-m", "connectors", "demo", "--json", "--keep-broker", "--workdir",
+         str(workdir), "--kills", "1", "--lines", "3000", "--batch-size", "500", "--seed", "36"],
+        capture_output=True, text=True, cwd=REPO, timeout=900, env=env, check=False)
+    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    inspect = report.get("inspect") or {}
+    stop = inspect.get("stop_broker")
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert report["ok"] and inspect["broker_running"] and stop, inspect
+        assert inspect["workdir"] == str(workdir)
+        for command in inspect["commands"]:
+            argv = shlex.split(command)
+            assert argv[:3] == ["python", "-m", "connectors"]
+            done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                                  cwd=REPO, timeout=120, env=env, check=False)
+            assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+            assert done.stdout.strip(), command
+    finally:
+        if stop:
+            pid = int(stop.rsplit("-", 1)[1])
+            subprocess.run(shlex.split(stop), check=False)
+            assert wait_for(lambda: not _alive(pid), 60, what="the kept broker to stop")
