@@ -9,7 +9,10 @@ points on through the environment, which Spark's Python workers inherit from the
     CONNECTORS_FAILPOINTS="kafka_sink.mid_produce@1#100!raise"  # raise FailpointError instead
 
 Several specs are separated by commas. Actions: ``kill`` (default) sends SIGKILL; ``raise``
-raises :class:`FailpointError` (a task failure Spark can retry).
+raises :class:`FailpointError` (a task failure Spark can retry); ``pause`` holds the task at
+the point until the test says go: it creates ``<key>.reached`` in
+``CONNECTORS_FAILPOINTS_PAUSE_DIR`` and waits (up to 120 s) for ``<key>.go`` there (a fault
+test stops a broker while a task stands between two protocol steps).
 
 ``CONNECTORS_FAILPOINTS_SCOPE=group`` makes ``kill`` SIGKILL the whole process group, so a
 point reached in a Python worker takes the driver, the JVM and every worker down at once:
@@ -38,6 +41,9 @@ log = logging.getLogger(__name__)
 ENV = "CONNECTORS_FAILPOINTS"
 ENV_SCOPE = "CONNECTORS_FAILPOINTS_SCOPE"
 ENV_ONCE_DIR = "CONNECTORS_FAILPOINTS_ONCE_DIR"
+ENV_PAUSE_DIR = "CONNECTORS_FAILPOINTS_PAUSE_DIR"
+#: The longest a ``pause`` failpoint waits for its go.
+PAUSE_LIMIT = 120.0
 
 
 @dataclass(frozen=True)
@@ -64,8 +70,9 @@ def parse(text: str) -> dict[str, list[FailpointSpec]]:
         action = "kill"
         if "!" in item:
             item, action = item.split("!", 1)
-            if action not in ("kill", "raise"):
-                raise ValueError(f"{ENV}: unknown action {action!r} in {raw!r}; use kill or raise")
+            if action not in ("kill", "raise", "pause"):
+                raise ValueError(f"{ENV}: unknown action {action!r} in {raw!r}; use kill, "
+                                 "raise or pause")
         after = None
         if "#" in item:
             item, count = item.split("#", 1)
@@ -134,6 +141,9 @@ def _fire(spec: FailpointSpec, batch_id: int | None) -> None:
     if spec.action == "raise":
         log.warning("%s: raising", message)
         raise FailpointError(message)
+    if spec.action == "pause":
+        _pause(spec, message)
+        return
     sys.stderr.write(message + ": SIGKILL\n")
     sys.stderr.flush()
     if os.environ.get(ENV_SCOPE) == "group":
@@ -147,3 +157,22 @@ def _fire(spec: FailpointSpec, batch_id: int | None) -> None:
                 os.killpg(os.getsid(0), signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause_paths(spec_key: str, directory: str | None = None) -> tuple[str, str]:
+    """The ``.reached`` and ``.go`` files of a ``pause`` spec (``FailpointSpec.key``)."""
+    where = directory or os.environ.get(ENV_PAUSE_DIR) or "."
+    base = os.path.join(where, spec_key.replace("/", "_"))
+    return base + ".reached", base + ".go"
+
+
+def _pause(spec: FailpointSpec, message: str) -> None:
+    import time
+
+    reached, go = pause_paths(spec.key)
+    log.warning("%s: paused until %s exists", message, go)
+    with open(reached, "w") as f:
+        f.write(str(os.getpid()))
+    deadline = time.monotonic() + PAUSE_LIMIT
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -149,6 +149,17 @@ def is_transient(exc: BaseException) -> bool:
     return str(err.name()) in _TRANSIENT_NAMES
 
 
+#: The longest one try of a request retried by :func:`retrying` may take: a request sent to a
+#: broker that has just died waits until its timeout, and one try must not eat the whole
+#: ``metadataRetryTimeout`` (the next try asks a metadata refresh and the new leader).
+ATTEMPT_TIMEOUT = 10.0
+
+
+def attempt_timeout(budget: float) -> float:
+    """One try's timeout within ``budget`` seconds (:data:`ATTEMPT_TIMEOUT` at most)."""
+    return max(1.0, min(budget, ATTEMPT_TIMEOUT))
+
+
 def retrying(
     call: Callable[[], T],
     *,

@@ -406,7 +406,9 @@ def produce_records(bootstrap: str, topic: str, records: Iterable[tuple[bytes | 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "linger.ms": 5,
                             "enable.idempotence": True}
     conf.update(extra_conf or {})
-    producer = Producer(conf)
+    from connectors.kafka.common import LIBRDKAFKA_LOG
+
+    producer = Producer(conf, logger=LIBRDKAFKA_LOG)
     errors: list[str] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:

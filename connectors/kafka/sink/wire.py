@@ -55,6 +55,7 @@ from connectors.kafka.sink.wire_protocol import (
     FENCED,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
+    LOOKUP_TIMEOUT,
     METADATA,
     NETWORK_EXCEPTION,
     RETRIABLE,
@@ -170,7 +171,7 @@ class WireProducer:
                         NETWORK_EXCEPTION)
 
     def _check_versions(self, conn: Connection) -> None:
-        r = conn.call(API_VERSIONS, b"")  # v0: no body
+        r = conn.call(API_VERSIONS, b"", LOOKUP_TIMEOUT)  # v0: no body
         error = r.take(">h")
         ranges = {k: (lo, hi) for k, lo, hi in r.array(lambda: r.take(">hhh"))}
         missing = [f"{API_NAMES[api]} v{v}" for api, v in VERSIONS.items()
@@ -238,7 +239,8 @@ class WireProducer:
         return self.connection(self.coordinator)
 
     def _find_coordinator(self, key: str, key_type: int) -> int:
-        r = self.connect().call(FIND_COORDINATOR, string(key) + struct.pack(">b", key_type))
+        r = self.connect().call(FIND_COORDINATOR, string(key) + struct.pack(">b", key_type),
+                                LOOKUP_TIMEOUT)
         _, error = r.take(">ih")
         r.string()
         node = r.take(">i")
@@ -265,7 +267,8 @@ class WireProducer:
         while one of the first ``partitions``, or of all the broker names, has none)."""
 
         def ask() -> None:
-            r = self.connect().call(METADATA, struct.pack(">i", 1) + string(topic) + b"\x00")
+            r = self.connect().call(METADATA, struct.pack(">i", 1) + string(topic) + b"\x00",
+                                    LOOKUP_TIMEOUT)
             r.take(">i")  # throttle
             for node, host, port, _rack in r.array(
                     lambda: (r.take(">i"), r.string(), r.take(">i"), r.string())):

@@ -119,6 +119,9 @@ HONOURED = frozenset({
 #: Prefixes of the settings that shape a connection (see :data:`HONOURED`).
 CONNECTION_FAMILIES = ("ssl.", "ssl_", "sasl.", "socket.", "broker.", "security.",
                        "client.dns.", "connections.", "reconnect.", "https.", "oauthbearer")
+#: The longest wait for a lookup any live broker answers at once (Metadata, FindCoordinator,
+#: ApiVersions): a broker that does not answer in this time is left for the next one.
+LOOKUP_TIMEOUT = 10.0
 #: A SASL session is renewed (a new connection) when this share of its lifetime has passed
 #: (KIP-368: the broker closes a connection whose session expired).
 REAUTH_AT = 0.85
@@ -392,8 +395,17 @@ class Connection:
         reader.at = 4
         return reader
 
-    def call(self, api: int, body: bytes) -> _Reader:
-        return self.receive(self.send(api, [body]))
+    def call(self, api: int, body: bytes, timeout: float | None = None) -> _Reader:
+        """Send and wait for the answer; ``timeout``: a shorter wait than the socket's (a
+        lookup any live broker can answer at once goes elsewhere sooner)."""
+        if timeout is None or self.broken:
+            return self.receive(self.send(api, [body]))
+        self.sock.settimeout(min(timeout, self.settings.socket_timeout))
+        try:
+            return self.receive(self.send(api, [body]))
+        finally:
+            if not self.broken:
+                self.sock.settimeout(self.settings.socket_timeout)
 
     def _read(self, n: int) -> bytearray:
         buf = bytearray(n)

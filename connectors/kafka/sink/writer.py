@@ -37,7 +37,7 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka import access
-from connectors.kafka.common import FAMILY, retrying
+from connectors.kafka.common import FAMILY, attempt_timeout, retrying
 from connectors.kafka.sink import batch_produce, ordering, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import NULL_KEY_RUN, null_key_start
@@ -372,7 +372,7 @@ class KafkaWriter:
                 futures = admin.list_offsets(
                     {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
                     isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                    request_timeout=30,
+                    request_timeout=attempt_timeout(30),
                 )
                 out: dict[str, dict[str, int]] = {}
                 for tp, fut in futures.items():

@@ -14,12 +14,15 @@ from typing import Any
 
 from connectors.core.errors import KafkaSourceError
 from connectors.kafka import access
-from connectors.kafka.common import LIBRDKAFKA_LOG, retrying
+from connectors.kafka.common import LIBRDKAFKA_LOG, attempt_timeout, retrying
 from connectors.kafka.connect import first_contact, watched_admin
 from connectors.kafka.source.offsets import TP, Offsets, tp_name
 from connectors.kafka.source.options import ClusterSpec, KafkaSourceOptions
 
 log = logging.getLogger(__name__)
+
+#: librdkafka's "no offset" (RD_KAFKA_OFFSET_INVALID).
+OFFSET_INVALID = -1001
 
 
 class Clusters:
@@ -77,7 +80,8 @@ class Clusters:
         started = time.monotonic()
         for c in self.opts.clusters:
             def metadata(c: ClusterSpec = c) -> Any:
-                return self.admin(c).list_topics(timeout=self.opts.poll_timeout)
+                return self.admin(c).list_topics(
+                    timeout=attempt_timeout(self.opts.poll_timeout))
 
             if c.name not in self._reached:
                 self._first_contact(c, started)
@@ -144,7 +148,7 @@ class Clusters:
                             c.name or c.bootstrap)
 
     def _list_offsets(self, tps: list[TP], spec_for: Any) -> Offsets:
-        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
         out: Offsets = {}
         for c in self.opts.clusters:
@@ -161,10 +165,19 @@ class Clusters:
             def list_offsets(c: ClusterSpec = c, request: Any = request,
                              isolation: Any = isolation) -> Offsets:
                 futures = self.admin(c).list_offsets(
-                    request, isolation_level=isolation, request_timeout=self.opts.poll_timeout
+                    request, isolation_level=isolation,
+                    request_timeout=attempt_timeout(self.opts.poll_timeout),
                 )
-                return {(c.name, ktp.topic, ktp.partition): fut.result().offset
-                        for ktp, fut in futures.items()}
+                got = {(c.name, ktp.topic, ktp.partition): fut.result().offset
+                       for ktp, fut in futures.items()}
+                invalid = [tp_name(tp) for tp, offset in got.items() if offset == OFFSET_INVALID]
+                if invalid:
+                    # librdkafka answers a partition whose leader just moved with no offset
+                    # and no error: asked again, never read as "the log ends at -1001".
+                    raise KafkaException(KafkaError(
+                        KafkaError.LEADER_NOT_AVAILABLE,
+                        f"ListOffsets gave no offset for {invalid[:5]}", retriable=True))
+                return got
 
             names = [tp_name(tp) for tp in mine]
             out.update(retrying(
@@ -202,7 +215,8 @@ class Clusters:
         if not mine:
             return {}
         got = retrying(
-            lambda: self.committer(cluster).committed(mine, timeout=self.opts.poll_timeout),
+            lambda: self.committer(cluster).committed(
+                mine, timeout=attempt_timeout(self.opts.poll_timeout)),
             what=f"eo_kafka: committed offsets of group {self.opts.group_id!r} on cluster "
                  f"{cluster.name or cluster.bootstrap}",
             error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,

@@ -1,0 +1,171 @@
+"""The replicated Kafka tier: one 3-node Apache Kafka cluster (KRaft, each node broker and
+controller, replication 3, ``min.insync.replicas=2``) for the session, and helpers to run a
+sink task as Spark runs it while a node is killed, stopped or paused.
+
+Every node closes connections idle for 5 s (``connections.max.idle.ms``), so each test also
+meets broker-side closes of idle connections (a cached producer between tasks, a coordinator
+connection between the rows and ``EndTxn``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from connectors.core import failpoints
+from connectors.core.sink import TaskInfo
+from connectors.demo.services.kafka_cluster import KafkaCluster
+from connectors.kafka.sink import KafkaSink
+from tests.helpers import announce, scan_topic, unavailable
+
+IDLE_MS = 5000
+MAX_ATTEMPTS = 4  # Spark's spark.task.maxFailures
+
+#: (transactional, wireProduce) of each sink variant, named for test ids.
+VARIANTS = {
+    "rk-librdkafka": (False, False),
+    "rk-wire": (False, True),
+    "txn-librdkafka": (True, False),
+    "txn-wire": (True, True),
+}
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    workdir = str(tmp_path_factory.mktemp("kafka-cluster"))
+    cluster = KafkaCluster(workdir=workdir,
+                           extra_properties={"connections.max.idle.ms": str(IDLE_MS)})
+    began = time.monotonic()
+    try:
+        cluster.start()
+    except Exception as e:  # noqa: BLE001 - any failure means "not available"
+        cluster.close()
+        unavailable("3-node Apache Kafka cluster", str(e))
+    announce(request, f"kafka-cluster: Apache Kafka {cluster.version}, 3 KRaft nodes on "
+             f"{cluster.bootstrap}, up in {time.monotonic() - began:.1f}s, logs {cluster.logs()}")
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The session's cluster with every node running and in sync, before and after."""
+    _heal(kafka_cluster)
+    yield kafka_cluster
+    _heal(kafka_cluster)
+
+
+def _heal(c: KafkaCluster) -> None:
+    for n in c.nodes:
+        if n.paused:
+            c.resume(n.node_id)
+        if not n.running():
+            c.restart(n.node_id)
+    c.wait_in_sync(timeout=120)
+
+
+@pytest.fixture
+def cluster_topic(cluster: KafkaCluster) -> Callable[..., str]:
+    def make(partitions: int = 4, prefix: str = "c") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        cluster.create_topic(name, partitions)
+        return name
+
+    return make
+
+
+def table(n: int, tag: str = "v") -> pa.Table:
+    return pa.table({"key": [f"k{i % 113}".encode() for i in range(n)],
+                     "value": [f"{tag}-{i:08d}".encode() for i in range(n)]})
+
+
+def sink(bootstrap: str, tmp_path: Any, topic: str, variant: str, **kafka: str) -> KafkaSink:
+    transactional, wire = VARIANTS[variant]
+    sink_id = f"{variant}-{uuid.uuid4().hex[:8]}"
+    return KafkaSink(sink_id, str(tmp_path / sink_id), bootstrap_servers=bootstrap,
+                     topic=topic, transactional=transactional, wire_produce=wire,
+                     kafka_options=dict(kafka))
+
+
+def run_task(s: KafkaSink, batch_id: int, rows: pa.Table, writer: int = 0) -> list[str]:
+    """Stage one task as Spark does (attempt after attempt, up to 4), then commit; the
+    errors of the failed attempts."""
+    errors = []
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            report = s.stage(TaskInfo(batch_id, writer, attempt),
+                             iter(rows.to_batches(max_chunksize=10_000)))
+        except Exception as e:  # noqa: BLE001 - Spark retries any task failure
+            errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
+            if attempt == MAX_ATTEMPTS - 1:
+                raise
+            continue
+        s.commit(batch_id, [report])
+        return errors
+    raise AssertionError("unreachable")
+
+
+def run_task_with_fault(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, point: str,
+                        fault: Callable[[], None], s: KafkaSink, batch_id: int,
+                        rows: pa.Table) -> list[str]:
+    """``run_task`` on a thread, held at the failpoint spec ``point`` (``...!pause``, once)
+    while ``fault()`` runs; the attempts' errors."""
+    pause_dir = tmp_path / f"pause-{uuid.uuid4().hex[:6]}"
+    pause_dir.mkdir()
+    monkeypatch.setenv(failpoints.ENV, point)
+    monkeypatch.setenv(failpoints.ENV_PAUSE_DIR, str(pause_dir))
+    monkeypatch.setenv(failpoints.ENV_ONCE_DIR, str(pause_dir))
+    failpoints.reload()
+    spec = next(sp for specs in failpoints.parse(point).values() for sp in specs)
+    reached, go = failpoints.pause_paths(spec.key, str(pause_dir))
+    out: dict[str, Any] = {}
+
+    def task() -> None:
+        try:
+            out["errors"] = run_task(s, batch_id, rows)
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            out["error"] = e
+
+    t = threading.Thread(target=task, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(reached):
+            if not t.is_alive() or time.monotonic() > deadline:
+                raise AssertionError(f"{point} was never reached: {out}")
+            time.sleep(0.05)
+        fault()
+    finally:
+        open(go, "w").close()
+        t.join(300)
+        for name in (failpoints.ENV, failpoints.ENV_PAUSE_DIR, failpoints.ENV_ONCE_DIR):
+            monkeypatch.delenv(name, raising=False)
+        failpoints.reload()
+    if "error" in out:
+        raise out["error"]
+    return list(out.get("errors", []))
+
+
+def assert_exact(bootstrap: str, topic: str, tags: dict[str, int]) -> None:
+    """Every ``<tag>-<i>`` value for ``i < n`` once, read ``read_committed`` to the end of
+    every partition (a hanging transaction fails the read)."""
+    messages, _ = scan_topic(bootstrap, topic, isolation="read_committed", timeout=120)
+    counts = Counter(m.value() for m in messages)
+    expected = {f"{tag}-{i:08d}".encode() for tag, n in tags.items() for i in range(n)}
+    doubled = sum(c - 1 for c in counts.values() if c > 1)
+    missing = len(expected - set(counts))
+    stray = len(set(counts) - expected)
+    assert (doubled, missing, stray) == (0, 0, 0), (
+        f"{topic}: {len(messages)} records for {len(expected)} values: {doubled} doubled, "
+        f"{missing} missing, {stray} unexpected")
