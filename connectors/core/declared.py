@@ -330,8 +330,9 @@ def _bounds(o: Opt) -> str:
     return f"({', '.join(filter(None, (low, high)))})" if low or high else ""
 
 
-def docs_table(table: tuple[Opt, ...]) -> str:
-    """The markdown options table of a sink's docs page, from its declaration."""
+def docs_table(table: tuple[Opt, ...], common: bool = True) -> str:
+    """The markdown options table of a sink's docs page, from its declaration
+    (``common=False``: without the rows every sink's table ends with, for a source's)."""
     rows = [_row("Spark option", "Python argument", "default", "meaning"), "|---|---|---|---|"]
     for o in table:
         spark = f"`{o.spark}*`" if o.kind.prefix else f"`{o.spark}`"
@@ -348,4 +349,4 @@ def docs_table(table: tuple[Opt, ...]) -> str:
         else:
             default = o.kind.shown(o.default)
         rows.append(_row(spark, arg, " ".join(filter(None, (default, _bounds(o)))), o.help))
-    return "\n".join([*rows, *(_row(*r) for r in _COMMON_ROWS)]) + "\n"
+    return "\n".join([*rows, *(_row(*r) for r in (_COMMON_ROWS if common else ()))]) + "\n"

@@ -22,7 +22,7 @@ from typing import Any
 # sasl.oauthbearer.client.secret (and its client.credentials alias), and the assertion's
 # private.key.pem / private.key.passphrase.
 _SECRET_PATTERN = re.compile(
-    r"(password|passwd|passphrase|secret|token|sasl\.jaas|ssl[._]key|private[._]key"
+    r"(password|passwd|passphrase|secret|token|sasl\.jaas|ssl[._]key|private[._]key|user[._]info"
     r"|oauthbearer\.config|credential|api[._-]?key)", re.I
 )
 REDACTED = "***"

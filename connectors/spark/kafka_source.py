@@ -19,6 +19,7 @@ partitions. Each Spark partition reads one Kafka partition range (or a slice of 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -40,10 +41,13 @@ from connectors.core import failpoints
 from connectors.core.declared import spark_names
 from connectors.core.options import OptionReader
 from connectors.kafka.common import SHARED_OPTIONS
+from connectors.kafka.registry import formats as formats_schema
+from connectors.kafka.registry.formats import SourceFormats
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 from connectors.kafka.source.offsets import TP, OffsetRange, clamp_offsets, total_records
 from connectors.kafka.source.planner import KafkaPlanner, KafkaSourceOptions
 from connectors.kafka.source.range_reader import read_ranges, spark_schema_ddl
+from connectors.kafka.source.records import arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +68,56 @@ def source_schema(options: dict[str, str]) -> StructType | str:
     # the line that set it rather than from awaitTermination() seconds after start(). A
     # write (sink options, which hold sink_id) may reach here too; its writer parses them.
     if not any(str(k).lower() in _SINK_ONLY for k in options):
-        KafkaSourceOptions.from_options(options, batch=True)
+        formats = KafkaSourceOptions.from_options(options, batch=True).formats
+        if formats is not None:  # typed key/value: their reader schemas, asked once here
+            return _formats_schema(formats_schema.resolve(formats), options)
     r = OptionReader(options, family="eo_kafka")
     include_headers = r.boolean("includeHeaders", False)
     return spark_schema_ddl(include_headers, r.has("clusters"))
 
 
+#: Where a column's reader schema travels from ``schema()`` to the readers: the metadata of
+#: its field in the schema Spark hands back, so every reader of the query decodes to the
+#: schema the DataFrame was typed with, even if the subject has a newer version by then.
+_SCHEMA_KEY = "eo_kafka.readerSchema"
+
+
+def _formats_schema(formats: SourceFormats, options: dict[str, str]) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    r = OptionReader(options, family="eo_kafka")
+    base = arrow_schema(r.boolean("includeHeaders", False), r.has("clusters"))
+    schema = from_arrow_schema(formats_schema.arrow_schema(base, formats))
+    for c in formats.columns:
+        schema[c.column].metadata = {_SCHEMA_KEY: {"id": c.schema_id, "schema": c.schema,
+                                                   "subject": c.subject}}
+    return schema
+
+
+def _with_formats(opts: KafkaSourceOptions, schema: StructType) -> KafkaSourceOptions:
+    """``opts`` with the reader schemas of ``schema()`` (or, if Spark dropped the field
+    metadata, of the registry now)."""
+    if opts.formats is None:
+        return opts
+    columns = []
+    for c in opts.formats.columns:
+        meta = (schema[c.column].metadata or {}).get(_SCHEMA_KEY) if c.column in schema.names \
+            else None
+        if not meta:
+            return dataclasses.replace(opts, formats=formats_schema.resolve(opts.formats))
+        columns.append(dataclasses.replace(c, schema=meta["schema"], schema_id=meta["id"]))
+    return dataclasses.replace(opts, formats=dataclasses.replace(opts.formats,
+                                                                 columns=tuple(columns)))
+
+
 def stream_reader(options: dict[str, str], schema: StructType) -> DataSourceStreamReader:
-    return KafkaStreamReader(KafkaSourceOptions.from_options(options), schema)
+    return KafkaStreamReader(_with_formats(KafkaSourceOptions.from_options(options), schema),
+                             schema)
 
 
 def batch_reader(options: dict[str, str], schema: StructType) -> DataSourceReader:
-    return KafkaBatchReader(KafkaSourceOptions.from_options(options, batch=True), schema)
+    return KafkaBatchReader(
+        _with_formats(KafkaSourceOptions.from_options(options, batch=True), schema), schema)
 
 
 class KafkaInputPartition(InputPartition):
@@ -102,6 +144,10 @@ def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.Re
         poll_timeout_s=opts.poll_timeout,
         batch_records=opts.arrow_batch_records,
     )
+    if opts.formats is not None:
+        base = arrow_schema(opts.include_headers, opts.multi_cluster)
+        batches = formats_schema.decode_batches(
+            batches, opts.formats, formats_schema.arrow_schema(base, opts.formats))
     if failpoints.wants_count(MID_READ) is None:
         return batches
     return _counting(batches)

@@ -25,6 +25,8 @@ from connectors.kafka.common import (
     METADATA_RETRY_TIMEOUT,
 )
 from connectors.kafka.config import check_client_config, spelled
+from connectors.kafka.registry import formats as registry_formats
+from connectors.kafka.source.format_options import SCHEMA_REGISTRY, parse_formats
 from connectors.kafka.source.offsets import (
     DEFAULT_TARGET_RECORDS,
     TP,
@@ -161,6 +163,8 @@ class KafkaSourceOptions:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     #: ``KafkaWindows`` pins a batch read to one window of the WAL with this.
     window: int | None = None
+    #: ``keyFormat``/``valueFormat`` other than binary: the Schema Registry formats
+    formats: registry_formats.SourceFormats | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, batch: bool = False) -> KafkaSourceOptions:
@@ -245,7 +249,8 @@ class KafkaSourceOptions:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
         retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
         connect_timeout = read_option(r, CONNECT_TIMEOUT)[1]
-        r.refuse_unknown(prefixes=("kafka.",))
+        formats = parse_formats(r, clusters)
+        r.refuse_unknown(prefixes=("kafka.", SCHEMA_REGISTRY.spark))
         for c in clusters:  # the readers' whole configuration: fails here, not in a task
             check_client_config(FAMILY, c.reader_conf(group_id), "consumer",
                                 option=spelled(r, c.name if multi else None))
@@ -272,6 +277,7 @@ class KafkaSourceOptions:
             timestamp_strategy=strategy or "error",
             arrow_batch_records=arrow_batch or 20000,
             window=window,
+            formats=formats,
         )
 
     def cluster(self, name: str) -> ClusterSpec:

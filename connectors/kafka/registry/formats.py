@@ -1,0 +1,177 @@
+"""The source's Schema Registry formats: which column is decoded how (the picklable spec),
+the reader schemas resolved on the driver, and the decoding of the reader's Arrow batches.
+
+1. :func:`parse` (driver, no network): ``keyFormat``/``valueFormat``, the subjects (the
+   TopicNameStrategy ``<topic>-key``/``<topic>-value`` by default), pinned versions and
+   ``schemaRegistry.*``, validated when the query is defined;
+2. :func:`resolve` (driver, once per query start): each reader schema from the registry
+   (the subject's latest version or the pinned one), checked to have a Spark type; the
+   resolved spec travels to the executors with the reader, so every task of a query
+   decodes to the same schema;
+3. :func:`decode_batches` (executor): each batch's framed ``key``/``value`` -> typed
+   columns. A writer schema id a worker has not seen is asked from the registry once per
+   worker process (:func:`~connectors.kafka.registry.client.client_for`), never per record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.core.errors import OptionError
+from connectors.core.options import option_error
+from connectors.kafka.registry.client import RegistrySpec, client_for
+
+#: The formats a key or value column can have. ``binary`` is Spark's Kafka source: bytes.
+FORMATS = ("binary", "avro")
+REGISTRY_FORMATS = frozenset({"avro"})
+
+
+@dataclass(frozen=True)
+class ColumnFormat:
+    """How one column (``key`` or ``value``) is decoded."""
+
+    column: str
+    kind: str
+    subject: str
+    #: a pinned version of the subject; None = its latest when the query starts
+    version: int | None = None
+    #: resolved on the driver (:func:`resolve`): the reader schema and its id
+    schema: str | None = None
+    schema_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SourceFormats:
+    """The registry formats of one source (None in the source options when both columns
+    are plain bytes)."""
+
+    registry: RegistrySpec
+    columns: tuple[ColumnFormat, ...]
+
+    def column(self, name: str) -> ColumnFormat | None:
+        for c in self.columns:
+            if c.column == name:
+                return c
+        return None
+
+    @property
+    def resolved(self) -> bool:
+        return all(c.schema is not None for c in self.columns)
+
+
+def parse(family: str, formats: Mapping[str, str], subjects: Mapping[str, str | None],
+          versions: Mapping[str, str | None], registry: Mapping[str, str],
+          topics: tuple[str, ...], names: Mapping[str, str]) -> SourceFormats | None:
+    """The spec from the declared options (``formats``/``subjects``/``versions`` keyed by
+    column); ``topics``: the subscribed topics when they are known by name (the default
+    subject needs exactly one); ``names``: each option's Spark spelling, for messages."""
+    columns = []
+    for column in ("key", "value"):
+        kind = formats[column].lower()
+        if kind == "binary":
+            for given, what in ((subjects[column], "Subject"), (versions[column], "SchemaVersion")):
+                if given is not None:
+                    raise option_error(family, names[column + what],
+                                       f"is set but {names[column + 'Format']} is binary",
+                                       f"set {names[column + 'Format']}=avro, or remove it")
+            continue
+        subject = subjects[column]
+        if subject is None:
+            if len(topics) != 1:
+                raise option_error(
+                    family, names[column + "Subject"],
+                    "is required when the source reads "
+                    + ("a topic pattern" if not topics else f"{len(topics)} topics"),
+                    f"name the subject of the {column} schema (the default, "
+                    f"'<topic>-{column}', needs exactly one topic)")
+            subject = f"{topics[0]}-{column}"
+        version_text = versions[column]
+        version: int | None = None
+        if version_text is not None and version_text.lower() != "latest":
+            try:
+                version = int(version_text)
+            except ValueError:
+                version = 0
+            if version < 1:
+                raise option_error(family, names[column + "SchemaVersion"],
+                                   f"has invalid value {version_text!r}",
+                                   "give 'latest' or a version number >= 1")
+        columns.append(ColumnFormat(column, kind, subject, version))
+    if not columns:
+        if registry:
+            key = next(iter(registry))
+            raise option_error(family, "schemaRegistry." + key,
+                               "is set but neither keyFormat nor valueFormat needs a registry",
+                               "set valueFormat=avro (or keyFormat), or remove schemaRegistry.*")
+        return None
+    return SourceFormats(RegistrySpec.parse(family, registry), tuple(columns))
+
+
+def resolve(formats: SourceFormats) -> SourceFormats:
+    """Each column's reader schema from the registry (driver side), checked to have a
+    Spark type (:func:`~connectors.kafka.registry.avro.arrow_type`)."""
+    from connectors.kafka.registry.avro import arrow_type
+
+    client = client_for(formats.registry)
+    columns = []
+    for c in formats.columns:
+        found = client.subject_version(c.subject, c.version if c.version is not None
+                                       else "latest")
+        if found.schema_type.upper() != "AVRO":
+            raise OptionError(
+                f"eo_kafka: subject {c.subject!r} holds a {found.schema_type} schema, but "
+                f"{c.column}Format is {c.kind}; set {c.column}Format to the subject's format",
+                option=f"{c.column}Format")
+        arrow_type(json.loads(found.schema), c.column)
+        columns.append(dataclasses.replace(c, schema=found.schema, schema_id=found.id))
+    return dataclasses.replace(formats, columns=tuple(columns))
+
+
+def arrow_schema(base: pa.Schema, formats: SourceFormats | None) -> pa.Schema:
+    """The source's schema with each formatted column's decoded type (resolved formats)."""
+    if formats is None:
+        return base
+    from connectors.kafka.registry.avro import arrow_type
+
+    for c in formats.columns:
+        if c.schema is None:
+            raise ValueError(f"{c.column}: the format is not resolved")
+        i = base.get_field_index(c.column)
+        base = base.set(i, pa.field(c.column, arrow_type(json.loads(c.schema), c.column)))
+    return base
+
+
+def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
+                   schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The reader's batches (framed bytes) -> batches of ``schema`` (decoded columns)."""
+    from connectors.kafka.registry.avro import AvroDecoder
+
+    client = client_for(formats.registry)
+
+    def writer_schema(schema_id: int) -> str | None:
+        found = client.schema_by_id(schema_id)
+        return None if found is None else found.schema
+
+    decoders: dict[str, Any] = {}
+    for c in formats.columns:
+        if c.schema is None:
+            raise ValueError(f"{c.column}: the format is not resolved")
+        decoders[c.column] = AvroDecoder(c.column, c.schema, c.schema_id, writer_schema,
+                                         c.subject)
+    for batch in batches:
+        columns = list(batch.columns)
+
+        def where(i: int, b: pa.RecordBatch = batch) -> str:
+            return (f"topic {b.column('topic')[i].as_py()} partition "
+                    f"{b.column('partition')[i].as_py()} offset {b.column('offset')[i].as_py()}")
+
+        for name, decoder in decoders.items():
+            i = batch.schema.get_field_index(name)
+            columns[i] = decoder.decode(batch.column(i), where)
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -1,0 +1,245 @@
+"""Schema Registry formats without a network: the source's options, the Avro -> Spark type
+mapping, and the Avro decoder against fastavro's own writer (random schemas and records,
+round trips, resolution between writer and reader schemas, bad bytes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import re
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from connectors.core.declared import docs_table
+from connectors.core.errors import OptionError
+from connectors.kafka.registry.avro import (
+    AvroDecoder,
+    DecodeError,
+    SchemaNotRepresentable,
+    arrow_type,
+)
+from connectors.kafka.registry.client import RegistrySpec
+from connectors.kafka.source.format_options import FORMAT_OPTIONS
+from connectors.kafka.source.options import KafkaSourceOptions
+
+fastavro = pytest.importorskip("fastavro")
+
+BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "orders"}
+URL = {"schemaRegistry.url": "http://registry:8081"}
+
+
+def _opts(**extra: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.from_options({**BASE, **extra})
+
+
+# -- options ---------------------------------------------------------------------------------
+def test_binary_is_the_default_and_needs_no_registry() -> None:
+    assert _opts().formats is None
+
+
+def test_avro_value_defaults_to_the_topic_name_strategy_and_latest() -> None:
+    f = _opts(valueFormat="AVRO", **URL).formats
+    assert f is not None and [(c.column, c.kind, c.subject, c.version) for c in f.columns] == [
+        ("value", "avro", "orders-value", None)]
+    assert f.registry.urls == ("http://registry:8081",)
+
+
+def test_key_and_value_with_subjects_and_a_pinned_version() -> None:
+    f = _opts(keyFormat="avro", valueFormat="avro", keySubject="k", valueSchemaVersion="3",
+              **URL).formats
+    assert f is not None
+    assert [(c.column, c.subject, c.version) for c in f.columns] == [
+        ("key", "k", None), ("value", "orders-value", 3)]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"valueFormat": "avro"}, r"schemaRegistry\.url.*is required"),
+    ({"valueFormat": "json", **URL}, r"valueFormat.*\['binary', 'avro'\]"),
+    ({"valueFormat": "avro", "valueSchemaVersion": "0", **URL}, r"valueSchemaVersion.*'latest'"),
+    ({"valueSubject": "x"}, r"valueSubject.*is set but valueFormat is binary"),
+    ({**URL}, r"schemaRegistry\.url.*is set but neither keyFormat nor valueFormat"),
+    ({"valueFormat": "avro", "schemaRegistry.urll": "x", **URL},
+     r"schemaRegistry\.urll.*did you mean 'schemaRegistry\.url'"),
+    ({"valueFormat": "avro", "schemaRegistry.url": "registry:8081"}, r"http\(s\)://host"),
+    ({"valueFormat": "avro", "schemaRegistry.basic.auth.user.info": "nocolon", **URL},
+     r"user:password"),
+    ({"valueFormat": "avro", "schemaRegistry.timeout": "-1", **URL}, r"positive number"),
+    ({"valueFormat": "avro", "schemaRegistry.ssl.certificate.location": "/c.pem", **URL},
+     r"ssl\.key\.location"),
+    ({"valueFromat": "avro"}, r"valueFromat.*valueFormat"),
+])
+def test_bad_format_options_name_the_option_and_what_is_valid(extra: dict[str, str],
+                                                              message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        _opts(**extra)
+
+
+def test_a_pattern_subscription_needs_an_explicit_subject() -> None:
+    opts = {"kafka.bootstrap.servers": "h:9092", "subscribePattern": "orders-.*",
+            "valueFormat": "avro", **URL}
+    with pytest.raises(OptionError, match="valueSubject.*topic pattern"):
+        KafkaSourceOptions.from_options(opts)
+    f = KafkaSourceOptions.from_options({**opts, "valueSubject": "orders"}).formats
+    assert f is not None and f.columns[0].subject == "orders"
+
+
+def test_registry_credentials_never_show() -> None:
+    opts = _opts(valueFormat="avro", **{"schemaRegistry.basic.auth.user.info": "u:hunter22",
+                                        "schemaRegistry.ssl.key.password": "k3ypass"}, **URL)
+    assert opts.formats is not None
+    text = repr(opts) + str(opts.formats) + repr(opts.formats.registry)
+    assert "hunter22" not in text and "k3ypass" not in text
+    spec = RegistrySpec.parse("eo_kafka", {"url": "http://u:pw123@r:8081"})
+    assert "pw123" not in spec.shown_urls()
+
+
+def test_the_docs_table_is_generated_from_the_declaration() -> None:
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "schema-registry.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    found = re.search(
+        r"(<!-- options: eo_kafka source formats -->\n)(.*?)(<!-- end of options -->)", text, re.S)
+    assert found, "docs/schema-registry.md has no options block"
+    generated = docs_table(FORMAT_OPTIONS, common=False)
+    if os.environ.get("UPDATE_DOCS") == "1" and found.group(2) != generated:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text[:found.start(2)] + generated + text[found.end(2):])
+        return
+    assert found.group(2) == generated, "rewrite the table with UPDATE_DOCS=1"
+
+
+# -- types -----------------------------------------------------------------------------------
+def test_spark_types_of_avro_types_and_logical_types() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": {"type": "fixed", "name": "F", "size": 4}},
+        {"name": "b", "type": {"type": "fixed", "name": "D", "size": 8,
+                               "logicalType": "decimal", "precision": 18, "scale": 4}},
+        {"name": "c", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "d", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "e", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "f", "type": ["null", "F"]},
+        {"name": "g", "type": {"type": "record", "name": "Inner",
+                               "fields": [{"name": "x", "type": "float"}]}},
+        {"name": "h", "type": "Inner"},
+    ]}
+    assert arrow_type(schema) == pa.struct([
+        ("a", pa.binary()), ("b", pa.decimal128(18, 4)), ("c", pa.timestamp("us", "UTC")),
+        ("d", pa.timestamp("us")), ("e", pa.int32()), ("f", pa.binary()),
+        ("g", pa.struct([("x", pa.float32())])), ("h", pa.struct([("x", pa.float32())]))])
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ({"type": "record", "name": "Node", "fields": [
+        {"name": "next", "type": ["null", "Node"]}]}, "recursive"),
+    ({"type": "record", "name": "U", "fields": [{"name": "u", "type": ["int", "string"]}]},
+     r"value\.u is a union of several non-null types"),
+    ({"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 2}, "1..38"),
+])
+def test_schemas_spark_cannot_represent_are_refused_with_the_field(schema: Any,
+                                                                  message: str) -> None:
+    with pytest.raises(SchemaNotRepresentable, match=message):
+        arrow_type(schema, "value")
+
+
+# -- decoding --------------------------------------------------------------------------------
+def _frame(schema_id: int, schema: Any, record: Any) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+_KINDS = ["boolean", "int", "long", "float", "double", "string", "bytes"]
+
+
+def _random_schema(rng: random.Random, depth: int, names: list[int]) -> Any:
+    pick = rng.random()
+    if depth > 2 or pick < 0.45:
+        return rng.choice(_KINDS)
+    if pick < 0.6:
+        return ["null", _random_schema(rng, depth + 1, names)]
+    if pick < 0.7:
+        return {"type": "array", "items": _random_schema(rng, depth + 1, names)}
+    if pick < 0.8:
+        return {"type": "map", "values": _random_schema(rng, depth + 1, names)}
+    if pick < 0.87:
+        names.append(len(names))
+        return {"type": "enum", "name": f"E{len(names)}", "symbols": ["A", "B", "C"]}
+    names.append(len(names))
+    return {"type": "record", "name": f"R{len(names)}", "fields": [
+        {"name": f"f{i}", "type": _random_schema(rng, depth + 1, names)}
+        for i in range(rng.randint(1, 4))]}
+
+
+def _random_value(rng: random.Random, schema: Any) -> Any:
+    if isinstance(schema, list):
+        return None if rng.random() < 0.3 else _random_value(rng, schema[1])
+    if isinstance(schema, dict):
+        t = schema["type"]
+        if t == "array":
+            return [_random_value(rng, schema["items"]) for _ in range(rng.randint(0, 3))]
+        if t == "map":
+            return {f"k{i}": _random_value(rng, schema["values"]) for i in range(rng.randint(0, 3))}
+        if t == "enum":
+            return rng.choice(schema["symbols"])
+        return {f["name"]: _random_value(rng, f["type"]) for f in schema["fields"]}
+    return {
+        "boolean": lambda: rng.random() < 0.5, "int": lambda: rng.randint(-2**31, 2**31 - 1),
+        "long": lambda: rng.randint(-2**63, 2**63 - 1),
+        "float": lambda: float(rng.randint(-99, 99)),
+        "double": lambda: rng.uniform(-1e300, 1e300),
+        "string": lambda: "".join(rng.choice("aé€𝄞z ") for _ in range(rng.randint(0, 8))),
+        "bytes": lambda: bytes(rng.randrange(256) for _ in range(rng.randint(0, 8))),
+    }[schema]()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_schemas_round_trip_through_fastavro_and_the_decoder(seed: int) -> None:
+    rng = random.Random(seed)
+    names: list[int] = []
+    schema = {"type": "record", "name": "Top", "fields": [
+        {"name": f"c{i}", "type": _random_schema(rng, 0, names)}
+        for i in range(rng.randint(1, 6))]}
+    records = [_random_value(rng, schema) for _ in range(30)]
+    values = pa.array([_frame(1, schema, r) for r in records] + [None], pa.binary())
+    decoder = AvroDecoder("value", json.dumps(schema), 1, lambda i: None)
+    got = decoder.decode(values, lambda i: f"offset {i}")
+    assert got.type == arrow_type(schema)
+    assert got.to_pylist() == pa.array(records + [None], type=arrow_type(schema)).to_pylist()
+
+
+def test_writer_schemas_resolve_to_the_reader_schema() -> None:
+    writer = {"type": "record", "name": "T", "fields": [
+        {"name": "a", "type": "int"}, {"name": "gone", "type": "string"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}}]}
+    reader = {"type": "record", "name": "T", "fields": [
+        {"name": "a", "type": "double"}, {"name": "new", "type": "string", "default": "d"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y", "Z"]}}]}
+    lookup = {5: json.dumps(writer)}
+    decoder = AvroDecoder("value", json.dumps(reader), 6, lookup.get, "t-value")
+    got = decoder.decode(pa.array([_frame(5, writer, {"a": 7, "gone": "x", "e": "Y"})]),
+                         lambda i: "x")
+    assert got.to_pylist() == [{"a": 7.0, "new": "d", "e": "Y"}]
+    incompatible = {"type": "record", "name": "T", "fields": [{"name": "b", "type": "int"}]}
+    lookup[9] = json.dumps(incompatible)
+    with pytest.raises(DecodeError, match=r"schema id 9, which does not resolve"):
+        decoder.decode(pa.array([_frame(9, incompatible, {"b": 1})]), lambda i: "x")
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (b"\x01\x00\x00\x00\x01\x02", "not in the Confluent wire format"),
+    (b"\x00\x00\x00", "not in the Confluent wire format"),
+    (b"\x00\x00\x00\x00\x07\x02", "schema id 7 is not in the schema registry"),
+    (b"\x00\x00\x00\x00\x01", "EOFError"),
+    (b"\x00\x00\x00\x00\x01\x02\x02", "1 bytes left after the record"),
+])
+def test_bad_bytes_fail_naming_the_record_and_schema_id(payload: bytes, message: str) -> None:
+    schema = {"type": "record", "name": "T", "fields": [{"name": "a", "type": "long"}]}
+    decoder = AvroDecoder("value", json.dumps(schema), 1, lambda i: None)
+    with pytest.raises(DecodeError, match=message) as e:
+        decoder.decode(pa.array([_frame(1, schema, {"a": 1}), payload]),
+                       lambda i: f"topic t partition 0 offset {40 + i}")
+    assert "topic t partition 0 offset 41" in str(e.value)
