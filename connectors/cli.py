@@ -3,12 +3,15 @@
 Commands:
 
 - ``demo``: the end-to-end exactly-once demo (see ``connectors.demo.app``).
-- ``wal show PATH``: windows/batches in a write-ahead log and whether each is committed.
-- ``sink status --url URL [--sink-id ID]``: last committed batch per JDBC sink.
+- ``wal show PATH [--kind K]``: windows/batches in a write-ahead log, whether each is
+  committed, and a restart ``sink reset`` recorded there.
+- ``sink status --url URL [--sink-id ID]``: last committed batch (or recorded reset) per JDBC
+  sink.
 - ``sink reset --sink-id ID (--url URL | --wal-path P | --path P)``: record that the sink's
   next query starts over (a new checkpoint: batch ids from 0), so its batches are accepted
   instead of refused as lower than the last committed one. Run it with the query stopped.
-- ``lag --bootstrap B --group G``: per-partition lag of a consumer group (e.g. a source's).
+- ``lag --bootstrap B --group G [--topic T]``: per-partition lag of a consumer group (e.g. a
+  source's), read without joining the group (``kafka/lookup.py``).
 - ``files status PATH``: committed batches and files of an ``eo_files`` output directory.
 - ``transactions --bootstrap B --topic T --sink-id ID --writers N [--abort]``: partitions of a
   transactional sink's topic that ``read_committed`` readers are held on, for how long, and
@@ -16,8 +19,10 @@ Commands:
   aborted.
 
 Every command takes ``--json``. Errors are one line on stderr with exit code 2; passwords in
-URLs are redacted in all output. A status command pointed at a path or table that holds no
-state of ours says so and exits 2.
+URLs are redacted in all output. Only ``sink reset`` and ``transactions --abort`` change
+anything; no command creates a topic. A command that finds nothing of what it was asked
+about (a path or table without our state, a directory without the log asked for, a topic
+that does not exist, a group without committed offsets) says what it found and exits 2.
 """
 
 from __future__ import annotations
@@ -421,9 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
     lg.add_argument("--group", required=True, help="the consumer group (kafka.group.id, or "
                     "groupIdPrefix + query of an eo_kafka source)")
-    lg.add_argument("--topic", help="only this topic (a topic the principal may not DESCRIBE is "
-                    "then an error; without --topic the broker leaves such topics out)")
-    lg.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request")
+    lg.add_argument("--topic", help="only this topic (one that does not exist, or that the "
+                    "principal may not DESCRIBE, is then an error, and never created; without "
+                    "--topic the broker leaves topics it may not DESCRIBE out)")
+    lg.add_argument("--timeout", type=float, default=15.0, help="seconds each lookup may take, "
+                    "asked again while a group coordinator loads or moves")
     lg.add_argument("--kafka", action="append", metavar="KEY=VALUE",
                     help="a librdkafka setting (repeatable; a kafka. prefix is dropped), e.g. "
                     "security.protocol=SASL_SSL; see docs/security.md")
