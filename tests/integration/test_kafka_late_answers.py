@@ -13,6 +13,7 @@ read to the end of every partition by a ``read_committed`` reader.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 
@@ -186,3 +187,43 @@ def test_an_attempt_failing_while_a_produce_is_held_settles_it_before_the_retry_
     sink.commit(0, [report])
     assert fault.fired and fault.settled(60), "no held request reached the broker"
     _assert_exact(broker.bootstrap, topic)
+
+
+#: The broker versions the docs claim besides the pom's (4.1.2): the oldest KRaft line the
+#: sink supports, the last 3.x, the newest 4.x.
+OTHER_VERSIONS = ["3.5.2", "3.9.1", "4.4.0"]
+
+
+@pytest.fixture(scope="module", params=OTHER_VERSIONS)
+def versioned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A proxied broker of each other version, one at a time."""
+    port = free_port()
+    broker = ApacheKafka(workdir=str(tmp_path_factory.mktemp(f"kafka-{request.param}")),
+                         advertised_port=port, version=request.param).start()
+    proxy = KafkaProxy(broker.port, listen_port=port).start()
+    try:
+        yield request.param, broker, proxy
+    finally:
+        proxy.stop()
+        broker.stop()
+
+
+@pytest.mark.parametrize("transactional, wire", MODES)
+def test_every_broker_version_keeps_a_late_produce_once(versioned, tmp_path, caplog,
+                                                        transactional, wire):
+    """Each mode on each path against Apache Kafka 3.5.2, 3.9.1 and 4.4.0, through a Produce
+    held past the client's timeout. Transactions on the wire need a broker that verifies a
+    transaction's partitions (3.6+): on 3.5.2 the sink says so and uses librdkafka."""
+    version, broker, proxy = versioned
+    proxy.clear()
+    caplog.set_level(logging.INFO, logger="connectors.kafka.sink.wire")
+    topic = f"v{version.replace('.', '')}-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 4)
+    sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire,
+                 **{"request.timeout.ms": "5000"})
+    fault = proxy.add(Fault("hold", PRODUCE, min_size=30_000, seconds=8))
+    _run_task(sink, 0, _table(40_000))
+    assert fault.fired and fault.settled(60)
+    _assert_exact(broker.bootstrap, topic, 40_000)
+    fell_back = "older than Kafka 3.6" in caplog.text
+    assert fell_back == (transactional and wire and version < "3.6"), caplog.text[-2000:]

@@ -183,7 +183,7 @@ class ApacheKafka:
     def __init__(self, *, workdir: str | None = None, port: int | None = None,
                  advertised_port: int | None = None, heap: str = "768m",
                  extra_properties: dict[str, str] | None = None, keep: bool = False,
-                 scratch_root: str | None = None) -> None:
+                 scratch_root: str | None = None, version: str | None = None) -> None:
         self.port = port or free_port()
         self.controller_port = free_port()
         self.advertised_port = advertised_port or self.port
@@ -195,6 +195,7 @@ class ApacheKafka:
         self.extra = dict(extra_properties or {})
         self.keep = keep
         self.version = "?"
+        self.requested_version = version  # any Kafka version Maven Central serves; None: pom's
         self._proc: subprocess.Popen[bytes] | None = None
         self._classpath = ""
 
@@ -207,7 +208,8 @@ class ApacheKafka:
         ]
 
     def start(self, timeout: float = 90.0) -> ApacheKafka:
-        jars = maven.resolve("kafka")
+        jars = maven.resolve("kafka", {"kafka.version": self.requested_version}
+                             if self.requested_version else None)
         self._classpath = maven.classpath(jars)
         self.version = maven.jar_version(jars, "kafka_2.13") or "?"
         self.workdir.mkdir(parents=True, exist_ok=True)
