@@ -248,12 +248,14 @@ def _output(secured: Any, topic: str) -> list[tuple[bytes, bytes]]:
     return [(m.key(), m.value()) for m in read_topic(secured.setup_bootstrap, topic)]
 
 
+@pytest.mark.parametrize("wire", [False, True], ids=["librdkafka", "wire"])
 def test_recovery_key_sink_with_exactly_its_acls(secured: Any, tmp_path: Any,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 wire: bool) -> None:
     topic = _target(secured)
     user = _user(secured, "sink")
     _grant(secured, user, _role_acls("sink", topic=topic))
-    sink = _kafka_sink(secured, user, topic, str(tmp_path / "wal"))
+    sink = _kafka_sink(secured, user, topic, str(tmp_path / "wal"), wire_produce=wire)
     # The first attempt dies after 10 records: its retry needs the recovery scan, and with
     # it READ on the target topic.
     monkeypatch.setenv(failpoints.ENV, "kafka_sink.mid_produce@0#10!raise")
@@ -296,24 +298,27 @@ def _txn_names(topic: str) -> dict[str, str]:
             "facts_topic": f"facts-{uuid.uuid4().hex[:8]}"}
 
 
-def _txn_sink(secured: Any, user: str, names: dict[str, str], wal: str) -> Any:
+def _txn_sink(secured: Any, user: str, names: dict[str, str], wal: str,
+              wire: bool = False) -> Any:
     from connectors import KafkaSink
 
     return KafkaSink(names["sink_id"], wal, topic=names["topic"], transactional=True,
                      facts_topic=names["facts_topic"], kafka_options=secured.client_conf(user),
-                     connect_timeout=20)
+                     connect_timeout=20, wire_produce=wire)
 
 
 def _fact_offsets(secured: Any, names: dict[str, str]) -> dict[tuple[str, int], int]:
     return _group_offsets(secured, f"eo-sink-{names['sink_id']}-w0")
 
 
+@pytest.mark.parametrize("wire", [False, True], ids=["librdkafka", "wire"])
 def test_transactional_sink_with_exactly_its_acls(secured: Any, tmp_path: Any,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  wire: bool) -> None:
     names = _txn_names(_target(secured))
     user = _user(secured, "txn")
     _grant(secured, user, _role_acls("transactional-sink", **names))
-    sink = _txn_sink(secured, user, names, str(tmp_path / "wal"))
+    sink = _txn_sink(secured, user, names, str(tmp_path / "wal"), wire)
     # The first attempt fails after its transaction committed: the retry fences it, finds
     # its commit fact (OffsetFetch) and writes nothing.
     monkeypatch.setenv(failpoints.ENV, "kafka_sink.after_txn_commit@0!raise")
@@ -563,3 +568,28 @@ def test_a_fetch_denied_mid_run_names_the_acl(secured: Any) -> None:
         list(read_range(OffsetRange("", topic, 0, 0, 2), conf, poll_timeout_s=60))
     assert time.monotonic() - started < FAIL_WITHIN
     _assert_names(str(raised.value), user, Acl("TOPIC", topic, "LITERAL", "READ", ""))
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["recovery-keys", "transactional"])
+@pytest.mark.parametrize("wire", [False, True], ids=["librdkafka", "wire"])
+def test_a_sasl_session_that_expires_between_tasks_is_renewed(secured: Any, tmp_path: Any,
+                                                              transactional: bool,
+                                                              wire: bool) -> None:
+    """The listener ends SASL sessions after 4 s (``connections.max.reauth.ms``, KIP-368):
+    a worker's cached producer and fact client must log in again, not fail the next task."""
+    from tests.services.kafka_secured import REAUTH_MS
+
+    names = _txn_names(_target(secured))
+    user = _user(secured, "reauth")
+    role = "transactional-sink" if transactional else "sink"
+    _grant(secured, user, _role_acls(role, **names))
+    if transactional:
+        sink = _txn_sink(secured, user, names, str(tmp_path / "wal"), wire)
+    else:
+        sink = _kafka_sink(secured, user, names["topic"], str(tmp_path / "wal"),
+                           wire_produce=wire)
+    sink.commit(0, [_write(sink, 0)])
+    time.sleep(REAUTH_MS / 1000 + 1.5)
+    sink.commit(1, [_write(sink, 1)])
+    expected = list(zip(ROWS["key"].to_pylist(), ROWS["value"].to_pylist(), strict=True))
+    assert_exact(_output(secured, names["topic"]), expected * 2)

@@ -80,6 +80,10 @@ def make_tls(directory: Path, name: str = "eo-test") -> tuple[Path, Path]:
     return ca_path, server_path
 
 
+#: The secured listener's session lifetime (``connections.max.reauth.ms``).
+REAUTH_MS = 4000
+
+
 class SecuredKafka:
     """Apache Kafka with a ``SASL_SSL`` (SCRAM-SHA-512) listener and ACLs enforced.
 
@@ -129,6 +133,10 @@ class SecuredKafka:
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
             "super.users": f"User:{ADMIN};User:ANONYMOUS",
+            # KIP-368: a SASL session lasts 4 s; a client must log in again (librdkafka
+            # re-authenticates, the wire path opens a new connection) or the broker closes
+            # the connection at its next request.
+            "connections.max.reauth.ms": str(REAUTH_MS),
         }
 
     @property
