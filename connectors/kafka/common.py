@@ -41,6 +41,7 @@ from connectors.core.declared import DURATION, Opt
 from connectors.core.errors import ConnectorError
 from connectors.core.options import scrub_known
 from connectors.core.retry import retry_until
+from connectors.kafka.access import denied, is_access_error, kafka_error  # noqa: F401 - kafka_error: public here too
 
 log = logging.getLogger(__name__)
 
@@ -123,22 +124,9 @@ _TRANSIENT_NAMES = (
 _NEVER_TRANSIENT = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL")
 
 
-def kafka_error(exc: BaseException) -> Any | None:
-    """The ``confluent_kafka.KafkaError`` inside ``exc`` (or ``exc`` itself), else None."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    if isinstance(exc, KafkaError):
-        return exc
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0]
-    return None
-
-
 def is_transient(exc: BaseException) -> bool:
     """True for an error a retry can cure: librdkafka's ``retriable()`` or a code Kafka's
     protocol defines as transient; never for a fatal error."""
-    from connectors.kafka.access import is_access_error
-
     err = kafka_error(exc)
     if err is None or is_access_error(err):
         return False  # no retry grants an ACL or fixes a password
@@ -175,8 +163,6 @@ def retrying(
     attempts and the last Kafka error."""
 
     def give_up(e: Exception, attempts: int, transient: bool) -> Exception:
-        from connectors.kafka.access import denied
-
         message = denied(e, who=what, conf={}, needs=(), request="request")
         if message is not None:
             return error(message)

@@ -15,7 +15,7 @@ from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.retry import poll_until
-from connectors.kafka import access
+from connectors.kafka import access, preflight
 from connectors.kafka.common import FAMILY, is_transient, retrying
 from connectors.kafka.connect import first_contact
 from connectors.kafka.sink import commit_facts, producers
@@ -51,7 +51,7 @@ def check_access(options: KafkaSinkOptions) -> None:
     """A missing ACL of the sink's role fails here, naming it, before any task writes (the
     driver's last check: the facts topic exists by then)."""
     with producers.admin(options.producer_conf) as admin:
-        access.preflight(admin, options.producer_conf, needs(options),
+        preflight.preflight(admin, options.producer_conf, needs(options),
                          who=f"{FAMILY} sink {options.sink_id}",
                          timeout=options.connect_timeout, error=KafkaSinkError,
                          retry_timeout=options.metadata_retry_timeout)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka import access
+from connectors.kafka import access, preflight
 from connectors.kafka.common import LIBRDKAFKA_LOG, attempt_timeout, retrying
 from connectors.kafka.connect import first_contact, watched_admin
 from connectors.kafka.source.offsets import TP, Offsets, tp_name
@@ -120,7 +120,7 @@ class Clusters:
                       conf=c.kafka, error=KafkaSourceError, where="from the Spark driver",
                       started=started)
         # A missing ACL fails here, naming it, before any window is planned or read.
-        access.preflight(admin, c.kafka, self.needs(c), who="eo_kafka",
+        preflight.preflight(admin, c.kafka, self.needs(c), who="eo_kafka",
                          timeout=self.opts.connect_timeout, error=KafkaSourceError,
                          retry_timeout=self.opts.metadata_retry_timeout)
         self._reached.add(c.name)
