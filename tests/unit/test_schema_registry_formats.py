@@ -243,3 +243,66 @@ def test_bad_bytes_fail_naming_the_record_and_schema_id(payload: bytes, message:
         decoder.decode(pa.array([_frame(1, schema, {"a": 1}), payload]),
                        lambda i: f"topic t partition 0 offset {40 + i}")
     assert "topic t partition 0 offset 41" in str(e.value)
+
+
+# -- the sink's side ---------------------------------------------------------------------------
+def _sink_formats(**extra: str) -> Any:
+    from connectors.kafka.sink.format_options import parse_formats, split
+
+    own, mine = split({"topic": "t", "sink_id": "s", **extra})
+    assert set(own) == {"topic", "sink_id"}
+    return parse_formats(mine)
+
+
+def test_sink_format_options() -> None:
+    assert _sink_formats() is None
+    f = _sink_formats(valueFormat="avro", autoRegister="true",
+                      subjectNameStrategy="recordnamestrategy", **URL)
+    assert (f.strategy, f.auto_register, [c.column for c in f.columns]) == (
+        "RecordNameStrategy", True, ["value"])
+    with pytest.raises(OptionError, match="autoRegister.*useLatestVersion"):
+        _sink_formats(valueFormat="avro", autoRegister="true", useLatestVersion="true", **URL)
+    with pytest.raises(OptionError, match="schemaRegistry.url.*is set but neither"):
+        _sink_formats(**URL)
+    with pytest.raises(OptionError, match="schemaRegistry.uri"):
+        _sink_formats(valueFormat="avro", **{"schemaRegistry.uri": "x"}, **URL)
+
+
+def test_sink_docs_table_is_generated_from_the_declaration() -> None:
+    from connectors.kafka.sink.format_options import SINK_FORMAT_OPTIONS
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "schema-registry.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    found = re.search(
+        r"(<!-- options: eo_kafka sink formats -->\n)(.*?)(<!-- end of options -->)", text, re.S)
+    assert found, "docs/schema-registry.md has no sink options block"
+    generated = docs_table(SINK_FORMAT_OPTIONS, common=False)
+    if os.environ.get("UPDATE_DOCS") == "1" and found.group(2) != generated:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text[:found.start(2)] + generated + text[found.end(2):])
+        return
+    assert found.group(2) == generated, "rewrite the table with UPDATE_DOCS=1"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spark_columns_encode_and_decode_back_the_same(seed: int) -> None:
+    """Random nested Spark types: our encoder's bytes, decoded by fastavro itself and by our
+    decoder, give the rows back."""
+    from connectors.kafka.registry.sink_formats import AvroEncoder, ColumnEncoding, avro_schema
+
+    rng = random.Random(seed)
+    names: list[int] = []
+    schema = {"type": "record", "name": "Top", "fields": [
+        {"name": f"c{i}", "type": _random_schema(rng, 0, names)} for i in range(4)]}
+    t = arrow_type(schema)
+    rows = pa.array([_random_value(rng, schema) for _ in range(20)] + [None], type=t)
+    writer = avro_schema(t, "topLevelRecord")
+    enc = AvroEncoder(ColumnEncoding("value", "s", json.dumps(writer), 4))
+    framed = enc.encode(rows)
+    assert framed.null_count == 1 and framed[0].as_py()[:5] == b"\x00\x00\x00\x00\x04"
+    back = AvroDecoder("value", json.dumps(writer), 4, lambda i: None).decode(framed, str)
+    assert back.to_pylist() == rows.to_pylist()
+    parsed = fastavro.parse_schema(writer)
+    first = fastavro.schemaless_reader(io.BytesIO(framed[0].as_py()[5:]), parsed, None)
+    assert pa.array([first], type=t).to_pylist() == rows.to_pylist()[:1]

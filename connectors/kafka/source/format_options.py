@@ -52,9 +52,9 @@ def parse_formats(r: OptionReader,
                   clusters: tuple[ClusterSpec, ...]) -> registry_formats.SourceFormats | None:
     """The formats of a source's options (no network: :func:`registry_formats.resolve`
     fetches the reader schemas); the default subject needs the one topic read by name."""
-    values: dict[str, Any]
-    values = {opt.spark: read_option(r, opt)[1] for opt in FORMAT_OPTIONS}
-    names = {o.spark: r.spelling(o.spark) for o in FORMAT_OPTIONS}
+    read = {o.spark: read_option(r, o) for o in FORMAT_OPTIONS}
+    values: dict[str, Any] = {k: v for k, (_, v) in read.items()}
+    names = {k: n for k, (n, _) in read.items()}  # as declared: Spark lower-cases keys
     topics: tuple[str, ...] = ()
     if len(clusters) == 1 and clusters[0].subscribe_pattern is None:
         c = clusters[0]

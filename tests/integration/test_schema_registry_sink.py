@@ -1,0 +1,126 @@
+"""The eo_kafka sink writing Avro in the Confluent wire format, against a real broker, a
+real registry and real Spark; what it writes is read back by clients we did not write
+(confluent-kafka's ``AvroDeserializer``) and by our source."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.helpers import read_topic
+
+pytestmark = pytest.mark.integration
+
+ROWS = 300
+
+
+def _df(spark: Any, n: int = ROWS) -> Any:
+    return spark.range(0, n, numPartitions=3).selectExpr(
+        "cast(id % 7 as string) as key",
+        "named_struct('id', id, 'name', concat('n', cast(id as string)), "
+        "'price', cast(id as double) / 4, 'day', date_add(date'2024-01-01', cast(id % 30 as int)),"
+        " 'amount', cast(id as decimal(12, 2)), 'tags', array(cast(id % 3 as string)),"
+        " 'attrs', map('a', id), 'note', if(id % 3 = 0, null, 'x')) as value")
+
+
+def _write(df: Any, bootstrap: str, topic: str, registry_url: str, tmp_path: Any,
+           batch_id: int = 0, **options: str) -> None:
+    w = (df.write.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).option("sink_id", f"s{uuid.uuid4().hex[:8]}")
+         .option("walPath", str(tmp_path / f"wal-{topic}")).option("batchId", batch_id)
+         .option("valueFormat", "avro").option("schemaRegistry.url", registry_url))
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.mode("append").save()
+
+
+def _deserialize(registry_url: str, topic: str, messages: list[Any]) -> list[dict[str, Any]]:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    de = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return [de(m.value(), ctx) for m in messages]
+
+
+def test_written_avro_reads_back_with_confluents_deserializer_and_our_source(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    topic = new_topic(partitions=2)
+    _write(_df(spark), kafka_bootstrap, topic, registry_url, tmp_path, autoRegister="true")
+    messages = read_topic(kafka_bootstrap, topic)
+    assert len(messages) == ROWS
+    assert {m.value()[0] for m in messages} == {0}
+    decoded = _deserialize(registry_url, topic, messages)
+    got = sorted((r["id"], r["name"], r["price"], str(r["amount"]), r["tags"], r["attrs"],
+                  r["note"], r["day"].isoformat()) for r in decoded)
+    want = [r.asDict(recursive=True) for r in _df(spark).select("value.*").collect()]
+    assert got == sorted((r["id"], r["name"], r["price"], str(r["amount"]), r["tags"],
+                          r["attrs"], r["note"], r["day"].isoformat()) for r in want)
+    # our source reads the same subject back as the same struct
+    back = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("subscribe", topic).option("valueFormat", "avro")
+            .option("schemaRegistry.url", registry_url).load())
+    assert Counter(repr(r) for r in back.select("value.*").collect()) == Counter(
+        repr(r) for r in _df(spark).select("value.*").collect())
+
+
+def test_an_unregistered_schema_is_refused_without_auto_register_and_nothing_is_written(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    topic = new_topic()
+    with pytest.raises(Exception, match="not registered under subject") as e:
+        _write(_df(spark, 5), kafka_bootstrap, topic, registry_url, tmp_path)
+    assert "autoRegister=true" in str(e.value)
+    assert read_topic(kafka_bootstrap, topic) == []
+
+
+def test_an_incompatible_schema_is_refused_by_the_registry_and_the_sink_says_so(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    topic = new_topic()
+    _write(_df(spark, 5), kafka_bootstrap, topic, registry_url, tmp_path, autoRegister="true")
+    SchemaRegistryClient({"url": registry_url}).set_compatibility(f"{topic}-value", "BACKWARD")
+    # id becomes a string: no reader of version 1 can read it
+    changed = _df(spark, 5).selectExpr("named_struct('id', cast(value.id as string)) as value")
+    with pytest.raises(Exception, match="refused the value schema .* as incompatible"):
+        _write(changed, kafka_bootstrap, topic, registry_url, tmp_path, batch_id=1,
+               autoRegister="true")
+    assert len(read_topic(kafka_bootstrap, topic)) == 5
+
+
+def test_use_latest_version_writes_with_the_registered_schema(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    topic = new_topic()
+    registered = {"type": "record", "name": "Item", "namespace": "shop", "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+        {"name": "extra", "type": "string", "default": "-"}]}
+    sid = SchemaRegistryClient({"url": registry_url}).register_schema(
+        f"{topic}-value", Schema(json.dumps(registered), "AVRO"))
+    df = spark.range(4).selectExpr("named_struct('id', id, 'name', 'x') as value")
+    _write(df, kafka_bootstrap, topic, registry_url, tmp_path, useLatestVersion="true")
+    messages = read_topic(kafka_bootstrap, topic)
+    assert {int.from_bytes(m.value()[1:5], "big") for m in messages} == {sid}
+    assert sorted(r["id"] for r in _deserialize(registry_url, topic, messages)) == [0, 1, 2, 3]
+
+
+def test_bad_sink_format_options_name_the_option(spark: Any, kafka_bootstrap: str,
+                                                  new_topic: Any, registry_url: str,
+                                                  tmp_path: Any) -> None:
+    topic = new_topic()
+    df = _df(spark, 2)
+    with pytest.raises(Exception, match="autoRegister.*cannot be used together"):
+        _write(df, kafka_bootstrap, topic, registry_url, tmp_path, autoRegister="true",
+               useLatestVersion="true")
+    with pytest.raises(Exception, match="subjectNameStrategy"):
+        _write(df, kafka_bootstrap, topic, registry_url, tmp_path, subjectNameStrategy="nope")
