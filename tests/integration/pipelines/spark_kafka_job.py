@@ -19,6 +19,13 @@ argument names a JSON spec file:
   JVM baseline (bench/source_throughput.py): one full-size warm-up, then ``repeat`` timed
   ``spark.read.format("kafka")`` reads of the whole topic into the ``noop`` sink; result
   ``rows_per_s`` (one per timed run) and ``count`` (rows Spark read, checked once).
+- ``{"action": "bench_avro_read", "bootstrap", "topic", "rows", "repeat", "schema"}``: the
+  Schema Registry benchmark's read baseline (bench/avro_throughput.py): Spark's Kafka source,
+  the 5-byte Confluent header cut off with ``substring`` and ``from_avro`` with the fixed
+  ``schema``, every field into the ``noop`` sink; ``rows_per_s`` per timed run;
+- ``{"action": "bench_avro_write", "bootstrap", "topics", "rows", "schema", "schema_id"}``:
+  its write baseline: the same 10-field struct made by Spark, ``to_avro`` with ``schema``
+  behind the 5-byte header of ``schema_id``, into Spark's Kafka sink, one topic per run;
 - ``{"action": "latency_copy", "bootstrap", "source", "sink", "checkpoint", "started_file",
   "stop_file", "max_seconds"}``: bench/latency.py's baseline, a streaming Kafka -> Kafka
   copy of ``value`` until ``stop_file`` appears; result ``progress`` (every batch's JSON).
@@ -123,6 +130,54 @@ def bench_read(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"rows_per_s": rates, "count": count}
 
 
+AVRO_STRUCT = (
+    "named_struct('id', id, 'qty', cast(id % 1000 as int), 'name', concat('name-', id), "
+    "'price', id * 0.5d, 'active', id % 2 = 0, 'note', if(id % 3 = 0, concat('n', id), null), "
+    "'ts', timestamp_millis(1700000000000 + id), 'score', cast(id % 7 as float), "
+    "'tag', repeat('t', cast(id % 10 as int)), 'amount', if(id % 5 = 0, null, id))")
+
+
+def bench_avro_read(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import expr
+
+    def load() -> Any:
+        raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
+               .option("subscribe", spec["topic"]).option("startingOffsets", "earliest")
+               .option("endingOffsets", "latest").load())
+        return raw.select(from_avro(expr("substring(value, 6, length(value) - 5)"),
+                                    spec["schema"]).alias("value")).select("value.*")
+
+    count = load().count()
+    load().write.format("noop").mode("overwrite").save()  # the full-size warm-up
+    rates = []
+    for _ in range(int(spec.get("repeat", 3))):
+        started = time.perf_counter()
+        load().write.format("noop").mode("overwrite").save()
+        rates.append(spec["rows"] / (time.perf_counter() - started))
+    return {"rows_per_s": rates, "count": count}
+
+
+def bench_avro_write(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    from pyspark.sql.avro.functions import to_avro
+    from pyspark.sql.functions import concat, expr, lit
+
+    header = bytes([0]) + int(spec["schema_id"]).to_bytes(4, "big")
+    rates = []
+    for topic in spec["topics"]:
+        df = (spark.range(0, spec["rows"], numPartitions=2).selectExpr(AVRO_STRUCT + " as v")
+              .select(concat(lit(header), to_avro(expr("v"), spec["schema"])).alias("value")))
+        started = time.perf_counter()
+        (df.write.format("kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
+         .option("topic", topic).save())
+        rates.append(spec["rows"] / (time.perf_counter() - started))
+    return {"rows_per_s": rates}
+
+
 def latency_copy(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     """bench/latency.py's baseline: Kafka ``source`` -> ``value`` -> Kafka ``sink`` with
     Spark's own connector, ``Trigger.ProcessingTime(0)``, until ``stop_file`` appears;
@@ -177,7 +232,8 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"this JVM runs Spark {spark.version}, the connector is for "
                              f"{spec['expect_spark']}: refusing to mix versions")
         actions = {"read": read, "write": write, "bench_write": bench_write,
-                   "bench_read": bench_read, "latency_copy": latency_copy}
+                   "bench_read": bench_read, "latency_copy": latency_copy,
+                   "bench_avro_read": bench_avro_read, "bench_avro_write": bench_avro_write}
         result = actions[spec["action"]](spark, spec)
         result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
     finally:
