@@ -27,6 +27,9 @@ PIPELINE = "tests/integration/pipelines/kafka_sink_copy.py"
 RETRY = "tests/integration/pipelines/kafka_sink_retry.py"
 TOTAL = 20000
 PER_BATCH = 4000  # 5 micro-batches
+#: The failpoints the WAL-on-S3 variants run (the local store runs all of them).
+S3_SUBSET = ("kafka_sink.mid_produce@2", "kafka_sink.after_flush@3", "kafka_sink.after_flush@2",
+             "kafka_sink.after_txn_commit@3")
 
 
 @pytest.mark.parametrize(
@@ -75,6 +78,11 @@ def test_copy_pipeline_killed_at_every_failpoint_is_exactly_once(
             "kafka_sink.after_flush@3",
             "kafka_sink.after_commit@3",  # the restart replays batch 3: its tasks write nothing
         ]
+    if store == "s3":
+        # Every failpoint runs on the local store; on S3 the two whose restart reads what
+        # the WAL holds there (a retry's started marker and scan or its commit fact, and a
+        # task retried after its flush), so the S3 variants cost half the restarts.
+        kills = [k for k in kills if k.startswith(S3_SUBSET)]
     for failpoint in kills:
         result = run_pipeline(argv, failpoint=failpoint, timeout=300, env=env)
         assert result.killed, f"{failpoint} never fired:\n{result.output[-3000:]}"

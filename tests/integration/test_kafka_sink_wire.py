@@ -2,8 +2,8 @@
 buffers, sent with Kafka's own requests (connectors/kafka/sink/wire.py; docs/design.md,
 "Record batches on the wire").
 
-test_kafka_sink_transactional.py runs the transactional steps on the default path
-(librdkafka); these tests cover what only this path does: chunks, batches split at
+test_kafka_sink_transactional.py runs every transactional step on this path too (it is the
+default); these tests cover what only this path does: chunks, batches split at
 ``message.max.bytes``, fencing of an attempt that is still sending, the abort of a failed
 attempt, and the fall-back to librdkafka.
 """

@@ -77,14 +77,14 @@ KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
         "produces record by record. The sink falls back to that by itself where the fast "
         "path is not available (not CPython, a confluent-kafka build whose client it cannot "
         "confirm, or, for recovery keys, the `_keyed_produce` extension not built)"),
-    Opt("wireProduce", "wire_produce", BOOLEAN, False,
+    Opt("wireProduce", "wire_produce", BOOLEAN, True,
         help="without a `headers` column (and, with `transactional=true`, with a `topic` "
         "option): the sink writes Kafka record batches from the Arrow buffers itself, the "
         "recovery key included, and sends them with Kafka's own requests: the same "
         "idempotent or transactional protocol (InitProducerId, AddPartitionsToTxn, EndTxn), "
-        "about half the CPU per record of librdkafka's path (see [Cost](#cost)). Off by "
-        "default until it has passed the replicated-cluster fault tier "
-        "([Produce paths](#produce-paths)). It speaks PLAINTEXT, SSL with PEM files, and "
+        "about half the CPU per record of librdkafka's path (see [Cost](#cost)), through the "
+        "same broker failures as librdkafka ([Produce paths](#produce-paths)). It speaks "
+        "PLAINTEXT, SSL with PEM files, and "
         "SASL PLAIN or SCRAM, and writes uncompressed batches; with GSSAPI or OAUTHBEARER, "
         "`kafka.compression.type`, a setting it does not honour, or the `_record_batch` "
         "extension not built, the sink hands the records to librdkafka (and logs why once), "
@@ -145,7 +145,7 @@ class KafkaSinkOptions(Declared):
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     fail_on_unknown_topic: bool = False
     batch_produce: bool = True
-    wire_produce: bool = False
+    wire_produce: bool = True
     facts_topic: str = DEFAULT_FACTS_TOPIC
     expired_fact_policy: str = "fail"
     #: ``storage.*``: how to reach an object store holding ``walPath``

@@ -130,7 +130,7 @@ class KafkaSink(BatchSink):
         connect_timeout: float = 30.0,
         fail_on_unknown_topic: bool = False,
         batch_produce: bool = True,
-        wire_produce: bool = False,
+        wire_produce: bool = True,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         """The arguments are the DataSource's options in snake_case (``KAFKA_SINK_OPTIONS``,

@@ -429,10 +429,13 @@ class WireProducer:
                             f"fenced transactional.id {self.transactional_id!r}", code)
         raise WireError(f"{self.who}: {request}: {name}", code)
 
-    def backoff(self, attempt: int) -> float:
-        """librdkafka's retry backoff: ``retry.backoff.ms`` doubling to its maximum."""
+    def backoff(self, attempt: int, reconnect: bool = False) -> float:
+        """librdkafka's backoff: ``retry.backoff.ms`` doubling to its maximum, or after a
+        connection failed, ``reconnect.backoff.ms`` doubling to its maximum."""
         s = self.settings
-        return float(min(s.retry_backoff * (2 ** min(attempt, 16)), s.retry_backoff_max))
+        first, most = ((s.reconnect_backoff, s.reconnect_backoff_max) if reconnect
+                       else (s.retry_backoff, s.retry_backoff_max))
+        return float(min(first * (2 ** min(attempt, 16)), most))
 
     def retrying(self, ask: Callable[[], T], what: str, timeout: float,
                  group: str | None = None) -> T:
@@ -445,11 +448,12 @@ class WireProducer:
             try:
                 return ask()
             except WireError as e:
-                if isinstance(e, ConnectionLost) or e.code == NETWORK_EXCEPTION:
+                lost = isinstance(e, ConnectionLost) or e.code == NETWORK_EXCEPTION
+                if lost:
                     self.coordinator = None  # found again: it may have moved
                     if group is not None:
                         self.groups.pop(group, None)
-                pause = self.backoff(attempt)
+                pause = self.backoff(attempt, reconnect=lost)
                 attempt += 1
                 if e.code not in RETRIABLE or time.monotonic() + pause > deadline:
                     if e.code in RETRIABLE:

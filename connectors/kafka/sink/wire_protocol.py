@@ -146,6 +146,10 @@ class Settings:
     delivery_timeout: float
     retry_backoff: float
     retry_backoff_max: float
+    reconnect_backoff: float
+    reconnect_backoff_max: float
+    send_buffer: int
+    receive_buffer: int
     transaction_timeout_ms: int
     max_batch_bytes: int
     max_frame_bytes: int
@@ -177,6 +181,10 @@ class Settings:
                                  int(conf.get("delivery.timeout.ms", 300000))),
             retry_backoff=_ms(conf, "retry.backoff.ms", 100),
             retry_backoff_max=_ms(conf, "retry.backoff.max.ms", 1000),
+            reconnect_backoff=_ms(conf, "reconnect.backoff.ms", 100),
+            reconnect_backoff_max=_ms(conf, "reconnect.backoff.max.ms", 10000),
+            send_buffer=int(conf.get("socket.send.buffer.bytes", 4 << 20)) or 4 << 20,
+            receive_buffer=int(conf.get("socket.receive.buffer.bytes", 0)),
             transaction_timeout_ms=int(conf.get("transaction.timeout.ms", 60000)),
             max_batch_bytes=int(conf.get("message.max.bytes", DEFAULT_MAX_BATCH_BYTES)),
             max_frame_bytes=int(conf.get("receive.message.max.bytes", 100_000_000)) + 512,
@@ -318,7 +326,9 @@ class Connection:
         self.settings = settings
         sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, settings.send_buffer)
+        if settings.receive_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, settings.receive_buffer)
         if settings.keepalive:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if settings.ssl_context is not None:

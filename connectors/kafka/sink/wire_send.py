@@ -84,7 +84,8 @@ class Sender:
             if not failed:
                 return
             codes = sorted({code for _, code in failed})
-            if time.monotonic() + p.backoff(attempt) > deadline:
+            pause = p.backoff(attempt, reconnect=NETWORK_EXCEPTION in codes)
+            if time.monotonic() + pause > deadline:
                 p.uncertain = p.uncertain or unknown
                 raise WireError(
                     f"{p.who}: Produce to {self.topic!r} still failing after "
@@ -92,7 +93,7 @@ class Sender:
                     f"{self.describe(failed)}", codes[0])
             log.info("%s: Produce to %r: %s; sending again", p.who, self.topic,
                      self.describe(failed))
-            time.sleep(p.backoff(attempt))
+            time.sleep(pause)
             attempt += 1
             p.refresh(self.topic, self.partition_count)
             todo = sorted((batch for batch, _ in failed), key=lambda b: (b[0], b[1]))
