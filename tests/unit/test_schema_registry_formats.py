@@ -306,3 +306,91 @@ def test_spark_columns_encode_and_decode_back_the_same(seed: int) -> None:
     parsed = fastavro.parse_schema(writer)
     first = fastavro.schemaless_reader(io.BytesIO(framed[0].as_py()[5:]), parsed, None)
     assert pa.array([first], type=t).to_pylist() == rows.to_pylist()[:1]
+
+
+# -- the C fast path ---------------------------------------------------------------------------
+_FLAT = ["boolean", "int", "long", "float", "double", "string", "bytes",
+         {"type": "long", "logicalType": "timestamp-millis"},
+         {"type": "long", "logicalType": "timestamp-micros"},
+         {"type": "int", "logicalType": "date"}, {"type": "string", "logicalType": "uuid"}]
+
+
+def _flat_schema(rng: random.Random) -> dict[str, Any]:
+    fields = []
+    for i in range(rng.randint(1, 12)):
+        t: Any = rng.choice(_FLAT)
+        if rng.random() < 0.4:
+            t = ["null", t] if rng.random() < 0.5 else [t, "null"]
+        fields.append({"name": f"f{i}", "type": t})
+    return {"type": "record", "name": "Flat", "fields": fields}
+
+
+def _flat_value(rng: random.Random, t: Any) -> Any:
+    import datetime as dt
+
+    if isinstance(t, list):
+        return None if rng.random() < 0.3 else _flat_value(rng, [b for b in t if b != "null"][0])
+    if isinstance(t, dict):
+        logical = t["logicalType"]
+        if logical == "date":
+            return dt.date(1970, 1, 1) + dt.timedelta(days=rng.randint(-20000, 40000))
+        if logical == "uuid":
+            return f"00000000-0000-4000-8000-{rng.getrandbits(48):012x}"
+        unit = 1000 if logical == "timestamp-millis" else 1
+        return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+            microseconds=rng.randint(-10**15, 10**15) // unit * unit)
+    return _random_value(rng, t)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_c_fast_path_decodes_exactly_what_fastavro_decodes(seed: int) -> None:
+    from connectors.kafka.registry import avro
+
+    if avro._avro_decode is None:
+        pytest.skip("the _avro_decode extension is not built")
+    rng = random.Random(seed)
+    schema = _flat_schema(rng)
+    records = [{f["name"]: _flat_value(rng, f["type"]) for f in schema["fields"]}
+               for _ in range(50)]
+    framed: list[bytes | None] = [_frame(3, schema, r) for r in records]
+    framed[rng.randrange(50)] = None
+    values = pa.array(framed, pa.binary())
+    decoder = AvroDecoder("value", json.dumps(schema), 3, lambda i: None)
+    assert decoder._fast is not None
+    fast = decoder._decode_fast(values)
+    assert fast is not None
+    slow = AvroDecoder("value", json.dumps(schema), 3, lambda i: None)
+    slow._fast = None
+    assert fast.equals(slow.decode(values, str))
+    assert fast.slice(10, 20).equals(decoder.decode(values.slice(10, 20), str))
+    # Damaged bytes: the fast path either falls back or agrees with fastavro, never differs.
+    for _ in range(40):
+        i = rng.randrange(50)
+        payload = bytearray(framed[i] or _frame(3, schema, records[i]))
+        for _ in range(rng.randint(1, 3)):
+            payload[rng.randrange(len(payload))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            payload = payload[:rng.randrange(len(payload) + 1)]
+        one = pa.array([bytes(payload)], pa.binary())
+        got = decoder._decode_fast(one)
+        if got is None:
+            continue
+        try:
+            want = slow.decode(one, str)
+        except DecodeError:
+            raise AssertionError(f"the fast path decoded bytes fastavro refuses: "
+                                 f"{bytes(payload)!r}") from None
+        assert got.equals(want)
+
+
+def test_the_fast_path_leaves_other_schema_ids_and_bad_records_to_fastavro() -> None:
+    writer = {"type": "record", "name": "T", "fields": [{"name": "a", "type": "int"}]}
+    reader = {"type": "record", "name": "T", "fields": [
+        {"name": "a", "type": "long"}, {"name": "b", "type": "string", "default": "d"}]}
+    decoder = AvroDecoder("value", json.dumps(reader), 2, {1: json.dumps(writer)}.get)
+    mixed = pa.array([_frame(2, reader, {"a": 1, "b": "x"}), _frame(1, writer, {"a": 5})])
+    assert decoder._decode_fast(mixed) is None if decoder._fast else True
+    assert decoder.decode(mixed, str).to_pylist() == [{"a": 1, "b": "x"}, {"a": 5, "b": "d"}]
+    bad = pa.array([_frame(2, reader, {"a": 1, "b": "x"}) + b"\x00"])
+    with pytest.raises(DecodeError, match="1 bytes left after the record"):
+        decoder.decode(bad, lambda i: f"offset {i}")
