@@ -37,15 +37,30 @@ def bench_spark(app: str, **conf: str) -> Any:
     return spark
 
 
-def bench_broker() -> tuple[str, Any]:
+#: Replicas of every benchmark topic: 1 on one broker, 3 with ``--cluster``.
+REPLICAS = {"n": 1}
+
+
+def bench_broker(cluster: bool = False) -> tuple[str, Any]:
     """``(bootstrap, broker)``: ``KAFKA_BOOTSTRAP_SERVERS`` (broker None) or a local Apache
     Kafka from the Maven-resolved jars (tansu only without Java or Maven) that the caller
-    stops. Its version is ``broker.version``."""
+    stops. Its version is ``broker.version``. ``cluster``: three KRaft nodes instead
+    (replication 3, ``min.insync.replicas=2``, ``acks=all`` as every client here uses), as
+    production runs; topics then get 3 replicas (:data:`REPLICAS`)."""
     from connectors.demo.services.kafka import start_local_kafka
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if bootstrap:
         return bootstrap, None
+    if cluster:
+        from connectors.demo.services.kafka_cluster import KafkaCluster
+
+        nodes = KafkaCluster(heap="1g", workdir=None, extra_properties={
+            "log.segment.delete.delay.ms": "1000", "log.initial.task.delay.ms": "1000",
+            "num.network.threads": "3", "num.io.threads": "4"}).start()
+        REPLICAS["n"] = 3
+        nodes.stop = nodes.close  # type: ignore[method-assign]  # the callers' one verb
+        return nodes.bootstrap, nodes
     # Dropped topics release their files within a second or two, not a minute (the delay and
     # the first run of the broker's delete task): the 1,000-partition runs make and drop a
     # topic every few seconds, 1,000 open files each, and the machine caps a process at

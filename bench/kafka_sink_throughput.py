@@ -65,7 +65,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import bench_broker, bench_spark, register_noop, run_noop  # noqa: E402
+from _common import REPLICAS, bench_broker, bench_spark, register_noop, run_noop  # noqa: E402
 
 from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
 from connectors.kafka.sink import recovery  # noqa: E402
@@ -88,7 +88,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, prime: bool = True
     # Its files go as soon as it is dropped (the default waits a minute): a topic dropped
     # after one timed write must not be deleted in the middle of the next one.
     _create_topic(bootstrap, topic, partitions, timeout=120,
-                  config={"file.delete.delay.ms": "0"})
+                  config={"file.delete.delay.ms": "0"}, replicas=REPLICAS["n"])
     _await_served(bootstrap, topic, partitions)
     if prime:
         producer = Producer({"bootstrap.servers": bootstrap,
@@ -402,9 +402,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3,
                     help="untimed full-size writes per writer (ours: per mode) before its runs")
     ap.add_argument("--scan-rows", type=int, default=200_000)
+    ap.add_argument("--cluster", action="store_true",
+                    help="three KRaft nodes, replication 3, min.insync.replicas=2 (acks=all): "
+                    "the production setting; skips the scan, overhead and fact-design extras")
     args = ap.parse_args()
 
-    bootstrap, broker = bench_broker()
+    bootstrap, broker = bench_broker(cluster=args.cluster)
     try:
         version = getattr(broker, "version", "external")
         # The broker is a JVM too: warm it (untimed) before the first timed writer, or
@@ -432,6 +435,7 @@ def main() -> None:
             raise SystemExit("DataFrame size mismatch")
         wal = tempfile.mkdtemp(prefix="eo-bench-sink-")
         rk: list[float] = []
+        rk_lib: list[float] = []
         txn_rates: list[float] = []
         txn_lib: list[float] = []
         raw: list[float] = []
@@ -443,14 +447,15 @@ def main() -> None:
         # does.
         # Modes: "txn" (record batches on the wire, the default), "txn_lib" (the same
         # transactions through librdkafka, wireProduce=false), "rk" (recovery keys).
-        sink_topics = {m: f"bench-sink-{uuid.uuid4().hex[:8]}" for m in ("txn", "txn_lib", "rk")}
+        sink_topics = {m: f"bench-sink-{uuid.uuid4().hex[:8]}"
+                       for m in ("txn", "txn_lib", "rk", "rk_lib")}
         for topic in sink_topics.values():
             create_topic(bootstrap, topic, args.partitions)
 
         def write(mode: str, batch: int) -> float:
             topic = sink_topics[mode]
             return sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, batch,
-                              mode != "rk", wire=mode != "txn_lib")
+                              mode.startswith("txn"), wire=not mode.endswith("_lib"))
 
         floor_rates: list[float] = []
         for _ in range(args.warmup):
@@ -475,7 +480,8 @@ def main() -> None:
             drop(bootstrap, topic)
             print(f"raw producer + recovery-key header run {i}: {raw_hdr[-1]:,.0f} rows/s",
                   flush=True)
-            for mode, rates in (("txn", txn_rates), ("txn_lib", txn_lib), ("rk", rk)):
+            for mode, rates in (("txn", txn_rates), ("txn_lib", txn_lib), ("rk", rk),
+                                ("rk_lib", rk_lib)):
                 seconds = write(mode, args.warmup + i)
                 rates.append(args.rows / seconds)
                 print(f"spark eo_kafka sink ({mode}) run {i}: {rates[-1]:,.0f} rows/s",
@@ -496,14 +502,19 @@ def main() -> None:
         print(f"fresh topics: {fresh}", flush=True)
         spark.stop()
 
-        scan = scan_cost(bootstrap, args.scan_rows, args.value_bytes, args.partitions)
-        print(f"recovery scan: {scan['recovery_scan_records']} records in "
-              f"{scan['recovery_scan_s']}s; retry task {scan['retry_task_s']}s vs clean task "
-              f"{scan['clean_task_s']}s; commit {scan['commit_overhead_ms']} ms", flush=True)
-        overheads = txn_overheads(bootstrap, args.partitions)
-        designs = fact_designs(bootstrap)
-        print(f"transactional per-task overheads: {overheads}; fact designs: {designs}",
-              flush=True)
+        scan: dict[str, float] = {}
+        overheads: dict[str, float] = {}
+        designs: dict[str, float] = {}
+        if not args.cluster:
+            scan = scan_cost(bootstrap, args.scan_rows, args.value_bytes, args.partitions)
+            print(f"recovery scan: {scan['recovery_scan_records']} records in "
+                  f"{scan['recovery_scan_s']}s; retry task {scan['retry_task_s']}s vs clean "
+                  f"task {scan['clean_task_s']}s; commit {scan['commit_overhead_ms']} ms",
+                  flush=True)
+            overheads = txn_overheads(bootstrap, args.partitions)
+            designs = fact_designs(bootstrap)
+            print(f"transactional per-task overheads: {overheads}; fact designs: {designs}",
+                  flush=True)
         best_txn, best_rk, best_raw, best_jvm = max(txn_rates), max(rk), max(raw), max(jvm_rates)
         result = {
             "bench": "kafka_sink",
@@ -515,6 +526,10 @@ def main() -> None:
             "txn_ratio_raw_producer": round(best_txn / best_raw, 3),
             "txn_ratio_spark_kafka_sink": round(best_txn / best_jvm, 3),
             "rk_ratio_spark_kafka_sink": round(best_rk / best_jvm, 3),
+            "rk_librdkafka_rows_per_s": round(max(rk_lib)),
+            "rk_librdkafka_ratio_spark_kafka_sink": round(max(rk_lib) / best_jvm, 3),
+            "cluster": "3 KRaft nodes, replication 3, min.insync.replicas=2" if args.cluster
+            else "1 broker",
             "txn_librdkafka_rows_per_s": round(max(txn_lib)),
             "txn_librdkafka_ratio_spark_kafka_sink": round(max(txn_lib) / best_jvm, 3),
             "rk_ratio_raw_producer": round(best_rk / best_raw, 3),
@@ -525,6 +540,7 @@ def main() -> None:
             "rk_fresh_topic_rows_per_s": round(fresh["rk"]),
             "lowest_runs": {"txn": round(min(txn_rates)), "rk": round(min(rk)),
                             "txn_librdkafka": round(min(txn_lib)),
+                            "rk_librdkafka": round(min(rk_lib)),
                             "python_writer_floor": round(min(floor_rates)),
                             "spark_kafka_sink": round(min(jvm_rates)), "raw": round(min(raw))},
             "value_bytes": args.value_bytes,

@@ -120,12 +120,13 @@ def test_a_produce_held_past_the_request_timeout_is_not_written_twice(
 @pytest.mark.parametrize("transactional, wire", MODES)
 def test_a_lost_produce_answer_is_not_written_twice(proxied, proxy, tmp_path,
                                                     transactional, wire):
-    """The broker appends a Produce, its answer never comes back."""
+    """The broker appends a Produce, its answer never comes back: the client waits
+    ``socket.timeout.ms`` (10 s here, 60 s by default) and sends again."""
     broker, _ = proxied
     topic = f"lost-{uuid.uuid4().hex[:10]}"
     create_topic(broker.bootstrap, topic, 4)
     sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire,
-                 **{"request.timeout.ms": "5000"})
+                 **{"request.timeout.ms": "5000", "socket.timeout.ms": "10000"})
     fault = proxy.add(Fault("drop_answer", PRODUCE, min_size=50_000))
     _run_task(sink, 0, _table())
     assert fault.fired, "no Produce answer was dropped"

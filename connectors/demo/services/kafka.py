@@ -378,13 +378,15 @@ def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
-                 config: dict[str, str] | None = None) -> None:
-    """Create ``topic`` and wait until every partition has a leader."""
+                 config: dict[str, str] | None = None, replicas: int = 1) -> None:
+    """Create ``topic`` (``replicas`` copies of each partition) and wait until every
+    partition has a leader."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(topic, partitions, 1, config=dict(config or {}))], operation_timeout=timeout
+        [NewTopic(topic, partitions, replicas, config=dict(config or {}))],
+        operation_timeout=timeout
     )
     for f in futures.values():
         f.result(timeout)
