@@ -180,6 +180,7 @@ static int decode_record(Column *cols, int k, Py_ssize_t r, const uint8_t *p,
 }
 
 static PyObject *decode(PyObject *self, PyObject *args) {
+    (void)self;
     Py_buffer prog, offs, data, valid = {0};
     Py_ssize_t n;
     PyObject *valid_obj;
@@ -268,9 +269,161 @@ done_args:
     return result;
 }
 
+/* -- encoding: the sink's fast path ---------------------------------------------------------
+ *
+ * encode(program, n, header, validity, fields) -> (offsets, data) | int
+ *
+ * The n rows of a struct column (its validity bitmap or None) as framed Avro: header (the
+ * 5-byte magic and schema id) then the record. fields: per program byte, (validity or None,
+ * values, offsets or None) Arrow buffers at offset 0: booleans bit-packed, int/long/float/
+ * double little-endian, strings and bytes int32 offsets and data. A null row gives a null
+ * value (the offsets repeat; the caller marks it null). It returns the index of the first row
+ * it will not encode (a null in a field whose schema has no null branch, a length over
+ * 2 GiB), and the caller encodes the batch with fastavro, which names the problem.
+ */
+typedef struct {
+    int type, nullable, null_index;
+    const uint8_t *valid, *values;
+    const int32_t *offsets;
+} In;
+
+static size_t put_long(uint8_t *p, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    size_t i = 0;
+    while (z & ~0x7FULL) { p[i++] = (uint8_t)((z & 0x7F) | 0x80); z >>= 7; }
+    p[i++] = (uint8_t)z;
+    return i;
+}
+
+static PyObject *encode(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer prog, header;
+    Py_ssize_t n;
+    PyObject *valid_obj, *fields;
+    if (!PyArg_ParseTuple(args, "y*ny*OO", &prog, &n, &header, &valid_obj, &fields))
+        return NULL;
+    PyObject *result = NULL;
+    int k = (int)prog.len;
+    Py_buffer *bufs = NULL;
+    In *in = NULL;
+    int nbufs = 0;
+    Py_buffer rowvalid = {0};
+    int have_rowvalid = valid_obj != Py_None;
+    uint8_t *out = NULL;
+    int32_t *offs = NULL;
+    if (!PyList_Check(fields) || PyList_GET_SIZE(fields) != k || k < 1 || k > MAX_FIELDS ||
+        header.len != 5 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "_avro_decode.encode: inconsistent arguments");
+        goto done;
+    }
+    if (have_rowvalid && PyObject_GetBuffer(valid_obj, &rowvalid, PyBUF_SIMPLE) < 0) {
+        have_rowvalid = 0;
+        goto done;
+    }
+    bufs = calloc((size_t)k * 3, sizeof(Py_buffer));
+    in = calloc((size_t)k, sizeof(In));
+    offs = malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (!bufs || !in || !offs) { PyErr_NoMemory(); goto done; }
+    const uint8_t *pg = prog.buf;
+    size_t bound = 0; /* an upper bound of the output: every row's largest encoding */
+    for (int f = 0; f < k; f++) {
+        PyObject *t = PyList_GET_ITEM(fields, f);
+        In *c = &in[f];
+        c->type = pg[f] & 0x0F;
+        c->nullable = (pg[f] & NULLABLE) != 0;
+        c->null_index = (pg[f] & NULL_SECOND) ? 1 : 0;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+            PyErr_SetString(PyExc_ValueError, "_avro_decode.encode: a field is not a triple");
+            goto done;
+        }
+        for (int j = 0; j < 3; j++) {
+            PyObject *o = PyTuple_GET_ITEM(t, j);
+            if (o == Py_None) continue;
+            if (PyObject_GetBuffer(o, &bufs[nbufs], PyBUF_SIMPLE) < 0) goto done;
+            const void *b = bufs[nbufs].buf;
+            Py_ssize_t len = bufs[nbufs].len;
+            nbufs++;
+            if (j == 0) { if (len < (n + 7) / 8) goto bad; c->valid = b; }
+            else if (j == 1) c->values = b;
+            else { if (len < (n + 1) * 4) goto bad; c->offsets = b; }
+        }
+        bound += 10; /* a union index */
+        switch (c->type) {
+        case T_BOOL: bound += 1; break;
+        case T_INT: case T_LONG: bound += 10; break;
+        case T_FLOAT: bound += 4; break;
+        case T_DOUBLE: bound += 8; break;
+        case T_STRING: case T_BYTES: bound += 10; break;
+        default: goto bad;
+        }
+        if ((c->type == T_STRING || c->type == T_BYTES) && !c->offsets) goto bad;
+        if (!c->values && n > 0 && !(c->type == T_STRING || c->type == T_BYTES)) goto bad;
+    }
+    size_t total = 0;
+    for (int f = 0; f < k; f++)
+        if (in[f].offsets && n > 0) total += (size_t)(in[f].offsets[n] - in[f].offsets[0]);
+    total += (size_t)n * (bound + 5);
+    out = malloc(total + 1);
+    if (!out) { PyErr_NoMemory(); goto done; }
+    const uint8_t *rv = have_rowvalid ? rowvalid.buf : NULL;
+    size_t pos = 0;
+    Py_ssize_t bad_row = -1;
+    offs[0] = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < n && bad_row < 0; r++) {
+        if (rv && !(rv[r >> 3] & (1u << (r & 7)))) { offs[r + 1] = (int32_t)pos; continue; }
+        memcpy(out + pos, header.buf, 5);
+        pos += 5;
+        for (int f = 0; f < k; f++) {
+            In *c = &in[f];
+            int present = !c->valid || (c->valid[r >> 3] & (1u << (r & 7)));
+            if (c->nullable) {
+                pos += put_long(out + pos, present ? 1 - c->null_index : c->null_index);
+                if (!present) continue;
+            } else if (!present) { bad_row = r; break; }
+            switch (c->type) {
+            case T_BOOL: out[pos++] = (c->values[r >> 3] >> (r & 7)) & 1; break;
+            case T_INT: { int32_t v; memcpy(&v, c->values + r * 4, 4); pos += put_long(out + pos, v); break; }
+            case T_LONG: { int64_t v; memcpy(&v, c->values + r * 8, 8); pos += put_long(out + pos, v); break; }
+            case T_FLOAT: memcpy(out + pos, c->values + r * 4, 4); pos += 4; break;
+            case T_DOUBLE: memcpy(out + pos, c->values + r * 8, 8); pos += 8; break;
+            default: {
+                int32_t a = c->offsets[r], b = c->offsets[r + 1];
+                if (b < a) { bad_row = r; break; }
+                pos += put_long(out + pos, b - a);
+                if (b > a) memcpy(out + pos, c->values + a, (size_t)(b - a));
+                pos += (size_t)(b - a);
+            }
+            }
+            if (bad_row >= 0) break;
+        }
+        if (pos > INT32_MAX) bad_row = r;
+        offs[r + 1] = (int32_t)pos;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad_row >= 0) { result = PyLong_FromSsize_t(bad_row); goto done; }
+    result = Py_BuildValue("(y#y#)", (char *)offs, (Py_ssize_t)((n + 1) * 4), (char *)out,
+                           (Py_ssize_t)pos);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "_avro_decode.encode: a buffer is missing or short");
+done:
+    for (int i = 0; i < nbufs; i++) PyBuffer_Release(&bufs[i]);
+    free(bufs);
+    free(in);
+    free(out);
+    free(offs);
+    if (have_rowvalid) PyBuffer_Release(&rowvalid);
+    PyBuffer_Release(&prog);
+    PyBuffer_Release(&header);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(program, n, validity, offsets, data, schema_id) -> (validity, fields) | int"},
+    {"encode", encode, METH_VARARGS,
+     "encode(program, n, header, validity, fields) -> (offsets, data) | int"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,7 +34,13 @@ import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.options import option_error
-from connectors.kafka.registry.avro import MAGIC, arrow_type, strip_raw_logical
+from connectors.kafka.registry.avro import (
+    MAGIC,
+    _avro_decode,
+    arrow_type,
+    fast_program,
+    strip_raw_logical,
+)
 from connectors.kafka.registry.client import RegistryError, RegistrySpec, client_for
 
 STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
@@ -238,9 +244,17 @@ class AvroEncoder:
         self.column = enc.column
         self.header = bytes([MAGIC]) + enc.schema_id.to_bytes(4, "big")
         self.schema_id = enc.schema_id
-        self._schema = parse_schema(strip_raw_logical(json.loads(enc.schema)), named_schemas={})
+        writer = json.loads(enc.schema)
+        self._schema = parse_schema(strip_raw_logical(writer), named_schemas={})
+        fast = fast_program(writer) if _avro_decode is not None else None
+        self._fast = None if fast is None else (
+            fast[0], fast[1], tuple(f["name"] for f in writer["fields"]))
 
     def encode(self, values: pa.Array) -> pa.Array:
+        if self._fast is not None and pa.types.is_struct(values.type) and len(values):
+            fast = self._encode_fast(values)
+            if fast is not None:
+                return fast
         from fastavro import schemaless_writer
 
         has_map = _has_map(values.type)
@@ -259,6 +273,69 @@ class AvroEncoder:
                     f"{self.schema_id}): {type(e).__name__}: {e}") from e
             out.append(buf.getvalue())
         return pa.array(out, pa.binary())
+
+
+    def _encode_fast(self, values: pa.StructArray) -> pa.Array | None:
+        """The C path for a flat record (``_avro_decode.encode``), or None for fastavro's
+        (a column that does not match the schema's type, a null in a non-null field)."""
+        if self._fast is None:
+            return None
+        program, logicals, names = self._fast
+        if values.offset:
+            values = pa.concat_arrays([values])
+        n = len(values)
+        fields = []
+        try:
+            for op, logical, name in zip(program, logicals, names, strict=True):
+                i = values.type.get_field_index(name)
+                if i < 0:
+                    return None
+                child = _storage(values.field(i), op & 0x0F, logical)
+                if child is None:
+                    return None
+                if child.offset:
+                    child = pa.concat_arrays([child])
+                b = child.buffers()
+                fields.append((b[0], b[1], None) if len(b) == 2 else (b[0], b[2] or b"", b[1]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+        out = _avro_decode.encode(program, n, self.header, values.buffers()[0], fields)
+        if isinstance(out, int):
+            return None
+        offsets, data = out
+        return pa.Array.from_buffers(pa.binary(), n, [values.buffers()[0], pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)])
+
+
+_FAST_STORAGE = {1: pa.bool_(), 2: pa.int32(), 3: pa.int64(), 4: pa.float32(),
+                 5: pa.float64(), 6: pa.string(), 7: pa.binary()}
+
+
+def _storage(arr: pa.Array, op: int, logical: str | None) -> pa.Array | None:
+    """``arr`` as the Arrow type the C encoder reads for ``op``, or None when it is not one
+    the schema's type takes as is (fastavro then converts or names the mismatch)."""
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        kinds = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                 "local-timestamp-micros")
+        if logical not in kinds or (t.tz is None) != str(logical).startswith("local"):
+            return None
+        unit = "ms" if logical.endswith("millis") else "us"
+        return arr.cast(pa.timestamp(unit, tz=t.tz), safe=False).cast(pa.int64())
+    if pa.types.is_date32(t):
+        return arr.cast(pa.int32()) if logical == "date" else None
+    if logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                   "local-timestamp-micros", "date"):
+        return None
+    want = _FAST_STORAGE[op]
+    if t == want:
+        return arr
+    if pa.types.is_integer(t) and pa.types.is_integer(want) and want.bit_width >= t.bit_width:
+        return arr.cast(want)
+    if (pa.types.is_large_string(t) and want == pa.string()) or (
+            pa.types.is_large_binary(t) and want == pa.binary()):
+        return arr.cast(want)
+    return None
 
 
 def _has_map(t: pa.DataType) -> bool:
