@@ -63,6 +63,10 @@ BENCHES: dict[str, tuple[str, int, int, list[tuple[str, float | None]]]] = {
     "files": ("file_sink_throughput.py --s3", 2_000_000, 200_000,
               [("ratio_spark_file_sink", 0.9), ("s3_ratio_spark_s3_file_sink", None),
                ("s3_ratio_local_eo_files", None)]),
+    # Schema Registry formats (issue 35): Avro read and write against Spark's from_avro /
+    # to_avro with its JVM Kafka source and sink, a real registry
+    "avro": ("avro_throughput.py", 1_000_000, 100_000,
+             [("read_ratio_spark_avro_read", 1.5), ("write_ratio_spark_avro_write", 1.5)]),
     # requests and ms per batch of each connector's state on S3 (figures, no ratio target)
     "object_store": ("object_store_commit.py", 40, 20, []),
     # end-to-end latency against Spark's JVM Kafka -> Kafka (its own table; lower is
