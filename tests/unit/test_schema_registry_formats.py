@@ -425,3 +425,34 @@ def test_the_c_encoder_writes_the_bytes_fastavro_writes(seed: int) -> None:
         if got is not None:
             assert got.equals(want)
             assert got.slice(5, 20).equals(fast.encode(rows.slice(5, 20)))
+
+
+def test_dlq_keeps_a_bad_record_as_a_row_with_its_error_and_bytes() -> None:
+    from connectors.kafka.registry.formats import (
+        ColumnFormat,
+        SourceFormats,
+        arrow_schema,
+        decode_batches,
+    )
+    from connectors.kafka.source.records import arrow_schema as base_schema
+
+    schema = {"type": "record", "name": "T", "fields": [{"name": "a", "type": "long"}]}
+    formats = SourceFormats(
+        RegistrySpec.parse("eo_kafka", {"url": "http://127.0.0.1:9"}),
+        (ColumnFormat("value", "avro", "t-value", None, json.dumps(schema), 1),), "dlq")
+    base = base_schema(False, False)
+    good, bad = _frame(1, schema, {"a": 7}), b"\x00\x00\x00\x00\x01\xff"
+    batch = pa.RecordBatch.from_pydict({
+        "key": [None, None, None], "value": [good, bad, None], "topic": ["t"] * 3,
+        "partition": [0] * 3, "offset": [10, 11, 12], "timestamp": [0] * 3,
+        "timestampType": [0] * 3}, schema=base)
+    out_schema = arrow_schema(base, formats)
+    assert out_schema.names[-2:] == ["decodeError", "rawValue"]
+    (out,) = list(decode_batches(iter([batch]), formats, out_schema))
+    rows = out.to_pylist()
+    assert [r["value"] for r in rows] == [{"a": 7}, None, None]
+    assert rows[0]["decodeError"] is None and rows[2]["decodeError"] is None
+    assert "topic t partition 0 offset 11" in rows[1]["decodeError"]
+    assert [r["rawValue"] for r in rows] == [None, bad, None]
+    with pytest.raises(OptionError, match="onDecodeError.*neither keyFormat nor valueFormat"):
+        _opts(onDecodeError="dlq")

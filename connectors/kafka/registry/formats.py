@@ -53,6 +53,9 @@ class SourceFormats:
 
     registry: RegistrySpec
     columns: tuple[ColumnFormat, ...]
+    #: ``onDecodeError``: ``fail`` the task, or ``dlq``: keep the row, its column null,
+    #: the reason in ``decodeError`` and the record's bytes in ``rawKey``/``rawValue``
+    on_error: str = "fail"
 
     def column(self, name: str) -> ColumnFormat | None:
         for c in self.columns:
@@ -67,7 +70,8 @@ class SourceFormats:
 
 def parse(family: str, formats: Mapping[str, str], subjects: Mapping[str, str | None],
           versions: Mapping[str, str | None], registry: Mapping[str, str],
-          topics: tuple[str, ...], names: Mapping[str, str]) -> SourceFormats | None:
+          topics: tuple[str, ...], names: Mapping[str, str],
+          on_error: str = "fail") -> SourceFormats | None:
     """The spec from the declared options (``formats``/``subjects``/``versions`` keyed by
     column); ``topics``: the subscribed topics when they are known by name (the default
     subject needs exactly one); ``names``: each option's Spark spelling, for messages."""
@@ -104,13 +108,18 @@ def parse(family: str, formats: Mapping[str, str], subjects: Mapping[str, str | 
                                    "give 'latest' or a version number >= 1")
         columns.append(ColumnFormat(column, kind, subject, version))
     if not columns:
+        if on_error.lower() != "fail":
+            raise option_error(family, names.get("onDecodeError", "onDecodeError"),
+                               "is set but neither keyFormat nor valueFormat decodes anything",
+                               "set valueFormat=avro (or keyFormat), or remove it")
         if registry:
             key = next(iter(registry))
             raise option_error(family, "schemaRegistry." + key,
                                "is set but neither keyFormat nor valueFormat needs a registry",
                                "set valueFormat=avro (or keyFormat), or remove schemaRegistry.*")
         return None
-    return SourceFormats(RegistrySpec.parse(family, registry), tuple(columns))
+    return SourceFormats(RegistrySpec.parse(family, registry), tuple(columns),
+                         on_error.lower())
 
 
 def resolve(formats: SourceFormats) -> SourceFormats:
@@ -144,7 +153,19 @@ def arrow_schema(base: pa.Schema, formats: SourceFormats | None) -> pa.Schema:
             raise ValueError(f"{c.column}: the format is not resolved")
         i = base.get_field_index(c.column)
         base = base.set(i, pa.field(c.column, arrow_type(json.loads(c.schema), c.column)))
+    if formats.on_error == "dlq":
+        base = base.append(pa.field(DECODE_ERROR, pa.string()))
+        for c in formats.columns:
+            base = base.append(pa.field(_raw_name(c.column), pa.binary()))
     return base
+
+
+#: The dead-letter columns of ``onDecodeError=dlq``.
+DECODE_ERROR = "decodeError"
+
+
+def _raw_name(column: str) -> str:
+    return "raw" + column.capitalize()
 
 
 def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
@@ -171,7 +192,43 @@ def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
             return (f"topic {b.column('topic')[i].as_py()} partition "
                     f"{b.column('partition')[i].as_py()} offset {b.column('offset')[i].as_py()}")
 
+        if formats.on_error == "dlq":
+            yield _decode_keeping_errors(batch, columns, decoders, where, schema)
+            continue
         for name, decoder in decoders.items():
             i = batch.schema.get_field_index(name)
             columns[i] = decoder.decode(batch.column(i), where)
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _decode_keeping_errors(batch: pa.RecordBatch, columns: list[pa.Array],
+                           decoders: Mapping[str, Any], where: Any,
+                           schema: pa.Schema) -> pa.RecordBatch:
+    """``onDecodeError=dlq``: a record that does not decode keeps its row, with its column
+    null, the error in ``decodeError`` and its bytes in ``rawKey``/``rawValue``; the batch
+    is decoded whole first, record by record only when it holds a bad one."""
+    from connectors.kafka.registry.avro import DecodeError
+
+    n = batch.num_rows
+    errors: list[str | None] = [None] * n
+    raws = []
+    for name, decoder in decoders.items():
+        i = batch.schema.get_field_index(name)
+        values = batch.column(i)
+        try:
+            columns[i] = decoder.decode(values, where)
+            bad: set[int] = set()
+        except DecodeError:
+            parts, bad = [], set()
+            for r in range(n):
+                try:
+                    parts.append(decoder.decode(values.slice(r, 1), lambda _, r=r: where(r)))
+                except DecodeError as e:
+                    bad.add(r)
+                    errors[r] = "; ".join(filter(None, (errors[r], str(e))))
+                    parts.append(pa.nulls(1, decoder.type))
+            columns[i] = pa.concat_arrays(parts)
+        raws.append(pa.array([values[r].as_py() if r in bad else None for r in range(n)],
+                             pa.binary()) if bad else pa.nulls(n, pa.binary()))
+    return pa.RecordBatch.from_arrays([*columns, pa.array(errors, pa.string()), *raws],
+                                      schema=schema)

@@ -44,8 +44,15 @@ SCHEMA_REGISTRY = Opt(
     "`basic.auth.user.info` (`user:password`, a secret), `ssl.ca.location`, "
     "`ssl.certificate.location`, `ssl.key.location`, `ssl.key.password`, `timeout` "
     "(seconds, default 30); any other key is an error")
+ON_DECODE_ERROR = Opt(
+    "onDecodeError", "on_decode_error", CHOICE, "fail", choices=("fail", "dlq"),
+    help="a record that cannot be decoded (not framed, an unknown schema id, a schema that "
+    "does not resolve, bytes that do not decode): `fail` fails the task naming topic, "
+    "partition, offset and schema id; `dlq` keeps the row with its column null, the reason "
+    "in a `decodeError` column and the record's bytes in `rawValue` (`rawKey`), for a "
+    "dead-letter topic. Nothing is skipped either way")
 #: The source's Schema Registry options, declared once (the docs table derives from it).
-FORMAT_OPTIONS = (*VALUE_FORMAT_OPTIONS, *KEY_FORMAT_OPTIONS, SCHEMA_REGISTRY)
+FORMAT_OPTIONS = (*VALUE_FORMAT_OPTIONS, *KEY_FORMAT_OPTIONS, ON_DECODE_ERROR, SCHEMA_REGISTRY)
 
 
 def parse_formats(r: OptionReader,
@@ -72,4 +79,5 @@ def parse_formats(r: OptionReader,
         registry=values[SCHEMA_REGISTRY.spark] or {},
         topics=topics,
         names=names,
+        on_error=values[ON_DECODE_ERROR.spark],
     )
