@@ -58,7 +58,7 @@ def test_key_and_value_with_subjects_and_a_pinned_version() -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     ({"valueFormat": "avro"}, r"schemaRegistry\.url.*is required"),
-    ({"valueFormat": "json", **URL}, r"valueFormat.*\['binary', 'avro'\]"),
+    ({"valueFormat": "json", **URL}, r"valueFormat.*\['binary', 'avro', 'json-schema'\]"),
     ({"valueFormat": "avro", "valueSchemaVersion": "0", **URL}, r"valueSchemaVersion.*'latest'"),
     ({"valueSubject": "x"}, r"valueSubject.*is set but valueFormat is binary"),
     ({**URL}, r"schemaRegistry\.url.*is set but neither keyFormat nor valueFormat"),
@@ -456,3 +456,71 @@ def test_dlq_keeps_a_bad_record_as_a_row_with_its_error_and_bytes() -> None:
     assert [r["rawValue"] for r in rows] == [None, bad, None]
     with pytest.raises(OptionError, match="onDecodeError.*neither keyFormat nor valueFormat"):
         _opts(onDecodeError="dlq")
+
+
+# -- JSON Schema -------------------------------------------------------------------------------
+ORDER_JSON = {
+    "type": "object", "properties": {
+        "id": {"type": "integer"}, "item": {"type": "string"},
+        "price": {"type": ["number", "null"]}, "paid": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "at": {"type": "string", "format": "date-time"},
+        "ship": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "note": {"oneOf": [{"type": "null"}, {"type": "string"}]}}}
+
+
+def _json_frame(schema_id: int, record: Any) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + json.dumps(record).encode()
+
+
+def test_json_schema_records_decode_to_typed_columns() -> None:
+    import datetime as dt
+
+    from connectors.kafka.registry.json_schema import JsonSchemaDecoder
+
+    decoder = JsonSchemaDecoder("value", json.dumps(ORDER_JSON))
+    assert decoder.type == pa.struct([
+        ("id", pa.int64()), ("item", pa.string()), ("price", pa.float64()),
+        ("paid", pa.bool_()), ("tags", pa.list_(pa.string())),
+        ("at", pa.timestamp("us", "UTC")), ("ship", pa.struct([("city", pa.string())])),
+        ("note", pa.string())])
+    rec = {"id": 7, "item": "é", "price": 2, "paid": True, "tags": ["a"],
+           "at": "2024-01-02T03:04:05.123456Z", "ship": {"city": "Oslo", "zip": "x"},
+           "extra": 1}
+    got = decoder.decode(pa.array([_json_frame(4, rec), _json_frame(4, {}), None]), str)
+    assert got.to_pylist()[0] == {
+        "id": 7, "item": "é", "price": 2.0, "paid": True, "tags": ["a"],
+        "at": dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc),
+        "ship": {"city": "Oslo"}, "note": None}
+    assert got.to_pylist()[1] == dict.fromkeys(decoder.type.names)
+    assert got.to_pylist()[2] is None
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (b"\x00\x00\x00\x00\x04{nope", "JSONDecodeError"),
+    (b"\x00\x00\x00\x00\x04[1]", "expected an object"),
+    (b'\x00\x00\x00\x00\x04{"id": true}', "expected an integer"),
+    (b'\x00\x00\x00\x00\x04{"price": "1"}', "expected a number"),
+    (b'\x00\x00\x00\x00\x04{"at": "2024-01-02T03:04:05"}', "no time zone offset"),
+    (b'{"id": 1}', "not in the Confluent wire format"),
+])
+def test_bad_json_records_fail_naming_the_record(payload: bytes, message: str) -> None:
+    from connectors.kafka.registry.json_schema import JsonSchemaDecoder
+
+    decoder = JsonSchemaDecoder("value", json.dumps(ORDER_JSON))
+    with pytest.raises(DecodeError, match=message) as e:
+        decoder.decode(pa.array([_json_frame(4, {"id": 1}), payload]),
+                       lambda i: f"topic t partition 0 offset {5 + i}")
+    assert "offset 6" in str(e.value)
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ({"type": "object", "properties": {"a": {"$ref": "#/definitions/x"}}}, r"value\.a uses \$ref"),
+    ({"type": "object", "properties": {"a": {"type": ["string", "integer"]}}}, "one type"),
+    ({"type": "object"}, "without properties"),
+])
+def test_json_schemas_spark_cannot_type_are_refused(schema: Any, message: str) -> None:
+    from connectors.kafka.registry.json_schema import arrow_type as json_type
+
+    with pytest.raises(SchemaNotRepresentable, match=message):
+        json_type(schema)

@@ -24,11 +24,10 @@ from connectors.kafka.registry.sink_formats import SinkFormats
 class EncodingSink(BatchSink):
     """``inner`` with ``formats`` applied to its input (see the module)."""
 
-    family = "kafka"
-
     def __init__(self, inner: BatchSink, formats: SinkFormats) -> None:
         self.inner = inner
         self.formats = formats
+        self.family = inner.family  # messages and failpoint names are the sink's own
         self.options = inner.options  # sink_id, topic, ... read through BatchSink.__getattr__
 
     # -- driver --------------------------------------------------------------------------

@@ -28,8 +28,23 @@ from connectors.core.options import option_error
 from connectors.kafka.registry.client import RegistrySpec, client_for
 
 #: The formats a key or value column can have. ``binary`` is Spark's Kafka source: bytes.
-FORMATS = ("binary", "avro")
-REGISTRY_FORMATS = frozenset({"avro"})
+FORMATS = ("binary", "avro", "json-schema")
+REGISTRY_FORMATS = frozenset({"avro", "json-schema"})
+#: The registry's ``schemaType`` of each format
+SCHEMA_TYPES = {"avro": "AVRO", "json-schema": "JSON"}
+#: The formats the sink writes so far
+SINK_FORMATS = ("binary", "avro")
+
+
+def column_type(kind: str, schema: str, column: str) -> pa.DataType:
+    """The Arrow (Spark) type of a reader schema of format ``kind``."""
+    if kind == "json-schema":
+        from connectors.kafka.registry import json_schema
+
+        return json_schema.arrow_type(json.loads(schema), column)
+    from connectors.kafka.registry.avro import arrow_type
+
+    return arrow_type(json.loads(schema), column)
 
 
 @dataclass(frozen=True)
@@ -125,19 +140,17 @@ def parse(family: str, formats: Mapping[str, str], subjects: Mapping[str, str | 
 def resolve(formats: SourceFormats) -> SourceFormats:
     """Each column's reader schema from the registry (driver side), checked to have a
     Spark type (:func:`~connectors.kafka.registry.avro.arrow_type`)."""
-    from connectors.kafka.registry.avro import arrow_type
-
     client = client_for(formats.registry)
     columns = []
     for c in formats.columns:
         found = client.subject_version(c.subject, c.version if c.version is not None
                                        else "latest")
-        if found.schema_type.upper() != "AVRO":
+        if found.schema_type.upper() != SCHEMA_TYPES[c.kind]:
             raise OptionError(
                 f"eo_kafka: subject {c.subject!r} holds a {found.schema_type} schema, but "
                 f"{c.column}Format is {c.kind}; set {c.column}Format to the subject's format",
                 option=f"{c.column}Format")
-        arrow_type(json.loads(found.schema), c.column)
+        column_type(c.kind, found.schema, c.column)
         columns.append(dataclasses.replace(c, schema=found.schema, schema_id=found.id))
     return dataclasses.replace(formats, columns=tuple(columns))
 
@@ -146,13 +159,11 @@ def arrow_schema(base: pa.Schema, formats: SourceFormats | None) -> pa.Schema:
     """The source's schema with each formatted column's decoded type (resolved formats)."""
     if formats is None:
         return base
-    from connectors.kafka.registry.avro import arrow_type
-
     for c in formats.columns:
         if c.schema is None:
             raise ValueError(f"{c.column}: the format is not resolved")
         i = base.get_field_index(c.column)
-        base = base.set(i, pa.field(c.column, arrow_type(json.loads(c.schema), c.column)))
+        base = base.set(i, pa.field(c.column, column_type(c.kind, c.schema, c.column)))
     if formats.on_error == "dlq":
         base = base.append(pa.field(DECODE_ERROR, pa.string()))
         for c in formats.columns:
@@ -179,12 +190,15 @@ def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
         found = client.schema_by_id(schema_id)
         return None if found is None else found.schema
 
+    from connectors.kafka.registry.json_schema import JsonSchemaDecoder
+
     decoders: dict[str, Any] = {}
     for c in formats.columns:
         if c.schema is None:
             raise ValueError(f"{c.column}: the format is not resolved")
-        decoders[c.column] = AvroDecoder(c.column, c.schema, c.schema_id, writer_schema,
-                                         c.subject)
+        decoders[c.column] = (
+            JsonSchemaDecoder(c.column, c.schema, c.subject) if c.kind == "json-schema"
+            else AvroDecoder(c.column, c.schema, c.schema_id, writer_schema, c.subject))
     for batch in batches:
         columns = list(batch.columns)
 

@@ -14,12 +14,12 @@ from connectors.core.declared import BOOLEAN, CHOICE, PREFIXED, STRING, Opt, rea
 from connectors.core.options import OptionReader
 from connectors.kafka.common import FAMILY
 from connectors.kafka.registry import sink_formats
-from connectors.kafka.registry.formats import FORMATS
+from connectors.kafka.registry.formats import SINK_FORMATS
 
 
 def _column(column: str) -> tuple[Opt, ...]:
     return (
-        Opt(f"{column}Format", f"{column}_format", CHOICE, "binary", choices=FORMATS,
+        Opt(f"{column}Format", f"{column}_format", CHOICE, "binary", choices=SINK_FORMATS,
             help=f"`binary`: the `{column}` column is written as it is (binary or string); "
             f"`avro`: the `{column}` column (a struct, or a scalar) is written as Avro in the "
             "Confluent wire format; needs `schemaRegistry.url`"),
