@@ -330,10 +330,12 @@ def _bounds(o: Opt) -> str:
     return f"({', '.join(filter(None, (low, high)))})" if low or high else ""
 
 
-def docs_table(table: tuple[Opt, ...], common: bool = True) -> str:
+def docs_table(table: tuple[Opt, ...], common: bool = True, python: bool = True) -> str:
     """The markdown options table of a sink's docs page, from its declaration
-    (``common=False``: without the rows every sink's table ends with, for a source's)."""
-    rows = [_row("Spark option", "Python argument", "default", "meaning"), "|---|---|---|---|"]
+    (``common=False``: without the rows every sink's table ends with, for a source's;
+    ``python=False``: without the Python argument column, for options Spark's alone take)."""
+    rows = [_row("Spark option", *(["Python argument"] if python else []), "default", "meaning"),
+            "|---|---|---|---|" if python else "|---|---|---|"]
     for o in table:
         spark = f"`{o.spark}*`" if o.kind.prefix else f"`{o.spark}`"
         spark += "".join(f" (or `{a}`)" for a in o.aliases)
@@ -348,5 +350,6 @@ def docs_table(table: tuple[Opt, ...], common: bool = True) -> str:
             default = ""
         else:
             default = o.kind.shown(o.default)
-        rows.append(_row(spark, arg, " ".join(filter(None, (default, _bounds(o)))), o.help))
+        rows.append(_row(spark, *([arg] if python else []),
+                         " ".join(filter(None, (default, _bounds(o)))), o.help))
     return "\n".join([*rows, *(_row(*r) for r in (_COMMON_ROWS if common else ()))]) + "\n"

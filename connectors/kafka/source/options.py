@@ -26,6 +26,7 @@ from connectors.kafka.common import (
 )
 from connectors.kafka.config import check_client_config, spelled
 from connectors.kafka.registry import formats as registry_formats
+from connectors.kafka.source import declaration as opt
 from connectors.kafka.source.format_options import SCHEMA_REGISTRY, parse_formats
 from connectors.kafka.source.offsets import (
     DEFAULT_TARGET_RECORDS,
@@ -37,7 +38,7 @@ from connectors.kafka.source.offsets import (
     parse_partition_offsets,
 )
 
-DEFAULT_GROUP_PREFIX = "eo-kafka-source"
+DEFAULT_GROUP_PREFIX = opt.DEFAULT_GROUP_PREFIX
 
 
 # -- the source ------------------------------------------------------------------------------
@@ -173,12 +174,12 @@ class KafkaSourceOptions:
         default_start = "earliest" if batch else "latest"
         top_kafka = r.prefixed("kafka.")
         _refuse_kafka_settings(r, top_kafka)
-        clusters_json = r.json("clusters", expect=list)
-        fail_on_data_loss = r.boolean("failOnDataLoss", True)
+        clusters_json = r.json(opt.CLUSTERS.spark, expect=list)
+        fail_on_data_loss = read_option(r, opt.FAIL_ON_DATA_LOSS)[1]
 
         if clusters_json is None:
             sub = r.exclusive("subscribe", "subscribePattern", "assign", required=True)
-            bootstrap = r.required("kafka.bootstrap.servers", "e.g. 'host1:9092,host2:9092'")
+            bootstrap = r.required(opt.BOOTSTRAP.spark, opt.BOOTSTRAP.hint)
             spec = _cluster_spec(
                 r, name="", bootstrap=bootstrap, which=sub, source=None,
                 kafka=top_kafka, default_start=default_start,
@@ -197,7 +198,7 @@ class KafkaSourceOptions:
             multi = True
 
         ending: StartSpec | None = None
-        ending_text = r.string("endingOffsets")
+        ending_text = r.string(opt.ENDING_OFFSETS.spark)
         if ending_text is not None:
             if not batch:
                 raise r.error(
@@ -215,22 +216,21 @@ class KafkaSourceOptions:
         elif batch:
             ending = StartSpec("latest")
 
-        max_offsets = r.integer("maxOffsetsPerTrigger", None, minimum=1)
-        min_offsets = r.integer("minOffsetsPerTrigger", None, minimum=1)
-        max_delay = r.duration("maxTriggerDelay", 900.0, minimum=0)
+        max_offsets = read_option(r, opt.MAX_OFFSETS)[1]
+        min_offsets = read_option(r, opt.MIN_OFFSETS)[1]
+        max_delay = read_option(r, opt.MAX_TRIGGER_DELAY)[1]
         if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
             raise r.error(
                 "minOffsetsPerTrigger",
                 f"({min_offsets}) is larger than maxOffsetsPerTrigger ({max_offsets})",
                 "make minOffsetsPerTrigger <= maxOffsetsPerTrigger",
             )
-        max_bytes = r.integer("maxBytesPerTrigger", None, minimum=1)
-        min_partitions = r.integer("minPartitions", None, minimum=1)
-        max_per_partition = r.integer("maxRecordsPerPartition", None, minimum=1)
-        target_records = r.integer("targetRecordsPerPartition", DEFAULT_TARGET_RECORDS,
-                                   minimum=0)
-        include_headers = r.boolean("includeHeaders", False)
-        wal_path = r.string("walPath")
+        max_bytes = read_option(r, opt.MAX_BYTES)[1]
+        min_partitions = read_option(r, opt.MIN_PARTITIONS)[1]
+        max_per_partition = read_option(r, opt.MAX_RECORDS_PER_PARTITION)[1]
+        target_records = read_option(r, opt.TARGET_RECORDS)[1]
+        include_headers = read_option(r, opt.INCLUDE_HEADERS)[1]
+        wal_path = read_option(r, opt.WAL_PATH)[1]
         storage = parse_storage_options(r)
         if wal_path is not None:
             check_state_path(wal_path, storage, FAMILY, "walPath")
@@ -239,12 +239,10 @@ class KafkaSourceOptions:
                           "storage.* options configure the store of walPath; set walPath or "
                           "remove them")
         group_id = _group_id(r, top_kafka, clusters, wal_path)
-        poll_ms = r.integer("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1)
-        strategy = r.choice(
-            "startingOffsetsByTimestampStrategy", ["error", "latest"], default="error"
-        )
-        arrow_batch = r.integer("arrowBatchRecords", 20000, minimum=1)
-        window = r.integer("eo.window", None, minimum=0)
+        poll_ms = read_option(r, opt.POLL_TIMEOUT)[1]
+        strategy = read_option(r, opt.TIMESTAMP_STRATEGY)[1]
+        arrow_batch = read_option(r, opt.ARROW_BATCH)[1]
+        window = read_option(r, opt.WINDOW)[1]
         if window is not None and wal_path is None:
             raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
         retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
@@ -474,7 +472,7 @@ def _group_id(
     clusters and subscriptions. It never changes between runs, so lag tools keep one group.
     """
     explicit = kafka.get("group.id")
-    prefix = r.string("groupIdPrefix")
+    prefix = r.string(opt.GROUP_ID_PREFIX.spark)
     if explicit is not None and prefix is not None:
         raise OptionError(
             f"{FAMILY}: options ['kafka.group.id', 'groupIdPrefix'] cannot be used together; "
