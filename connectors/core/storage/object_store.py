@@ -233,6 +233,8 @@ class ObjectStoreStorage(Storage):
             text = self._clean(e)
             if "NoSuchBucket" in text or "ContainerNotFound" in text:
                 raise StorageError(self._missing_bucket(text)) from None
+            if _asked_identity(text):
+                raise StorageError(self._no_credentials(op, where, text)) from None
             if _credentials_refused(text):
                 raise StorageError(
                     f"{self.kind}: {op} {where} was refused: the credentials were not "
@@ -249,6 +251,16 @@ class ObjectStoreStorage(Storage):
                     f"{self.options.get('endpoint') or 'its default endpoint'} ({text}); "
                     "check storage.endpoint, the network and the proxy") from None
             raise StorageError(f"{self.kind}: {op} {where} failed: {text}") from None
+
+    def _no_credentials(self, op: str, where: str, text: str) -> str:
+        """The client found no credentials and fell back to the instance identity, whose
+        metadata endpoint gave none (refused, timed out, or no identity there)."""
+        options, env, identity = _CREDENTIAL_SOURCES[self.provider]
+        return (f"{self.kind}: {op} {where}: no credentials were found. None in the storage.* "
+                f"options ({options}) nor in the environment ({env}), and the instance "
+                f"identity ({identity}) gave none: its metadata endpoint did not answer with "
+                f"credentials ({text}). Give credentials in one of those places "
+                "(docs/deploying.md, \"Credentials and endpoints\")")
 
     def _missing_bucket(self, text: str) -> str:
         return (f"{self.kind} does not exist ({text}); create it, or fix the bucket in "
@@ -386,6 +398,34 @@ class ObjectStoreStorage(Storage):
 def _unknown_key(message: str) -> str:
     m = re.search(r"[Kk]ey:?\s*['\"`]([^'\"`]+)['\"`]", message)
     return m.group(1) if m else "?"
+
+
+#: Where each provider's client looks for credentials, in order: for the error that says none
+#: was found (the last place, the instance identity, fails with a request to the cloud
+#: metadata endpoint, which names neither the missing credentials nor the other places).
+_CREDENTIAL_SOURCES = {
+    "s3": ("storage.accessKeyId and storage.secretAccessKey, storage.sessionToken",
+           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; "
+           "AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+           "an EC2 instance profile, asked at the metadata endpoint 169.254.169.254 or "
+           "AWS_METADATA_ENDPOINT"),
+    "gcs": ("storage.serviceAccountPath or storage.serviceAccountKey",
+            "GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT_PATH, "
+            "GOOGLE_SERVICE_ACCOUNT_KEY",
+            "the GCE/GKE metadata server's service account (workload identity)"),
+    "azure": ("storage.accountKey or storage.sasToken, with storage.accountName",
+              "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
+              "AZURE_STORAGE_SAS_KEY; AZURE_STORAGE_CLIENT_ID, AZURE_STORAGE_CLIENT_SECRET and "
+              "AZURE_STORAGE_TENANT_ID; AZURE_FEDERATED_TOKEN_FILE",
+              "an Azure managed identity, asked at the metadata endpoint 169.254.169.254"),
+}
+
+
+def _asked_identity(text: str) -> bool:
+    """A failed request to an instance-identity endpoint (the last credential source)."""
+    return any(path in text for path in (
+        "/latest/api/token", "/latest/meta-data/iam", "/computeMetadata/",
+        "/metadata/identity/oauth2/token"))
 
 
 def _credentials_refused(text: str) -> bool:

@@ -1,0 +1,71 @@
+"""The error of an object store without credentials (issue 36, item 7), per provider and
+without a network: the client's failed request to the instance-metadata endpoint (its last
+credential source) becomes "no credentials were found", naming the URL and every place
+credentials can come from. The same on a real S3 server, with a metadata endpoint that
+refuses, forbids or hangs: tests/integration/test_storage_no_credentials.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.core.errors import StorageError
+from connectors.core.storage import storage_for
+
+#: obstore's messages when each provider's instance identity gave nothing (as seen from a
+#: machine without one: the endpoint refuses or a proxy answers 403).
+FAILED_IDENTITY = {
+    "s3://bkt/wal": (
+        "Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in "
+        "2ms - Server returned non-2xx status code: 403 Forbidden: resolve_deny"),
+    "gs://bkt/wal": (
+        "Generic GCS error: Error performing token request: Error performing GET "
+        "http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token in "
+        "1ms - HTTP error: error sending request"),
+    "abfss://ctr@acct.dfs.core.windows.net/wal": (
+        "Generic MicrosoftAzure error: Error performing token request: Error performing GET "
+        "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2019-08-01 in 3ms "
+        "- HTTP error: error sending request"),
+}
+NAMED = {
+    "s3://bkt/wal": ("storage.accessKeyId", "AWS_ACCESS_KEY_ID", "EC2 instance profile"),
+    "gs://bkt/wal": ("storage.serviceAccountPath", "GOOGLE_APPLICATION_CREDENTIALS",
+                     "metadata server's service account"),
+    "abfss://ctr@acct.dfs.core.windows.net/wal": ("storage.accountKey", "AZURE_STORAGE_ACCOUNT_KEY",
+                     "Azure managed identity"),
+}
+
+
+@pytest.mark.parametrize("url", sorted(FAILED_IDENTITY))
+def test_a_failed_identity_request_says_no_credentials_were_found(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import obstore
+    from obstore.exceptions import GenericError
+
+    def put(*args: object, **kwargs: object) -> None:
+        raise GenericError(FAILED_IDENTITY[url])
+
+    monkeypatch.setattr(obstore, "put", put)
+    storage, root = storage_for(url, options=None)
+    with pytest.raises(StorageError) as raised:
+        storage.create(root + "/x", b"1")
+    message = str(raised.value)
+    assert f"{url}/x" in message and "no credentials were found" in message, message
+    assert "instance identity" in message and "storage.* options" in message
+    for where in NAMED[url]:
+        assert where in message, (where, message)
+    assert "unreachable" not in message
+
+
+def test_a_store_that_cannot_be_reached_is_still_unreachable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import obstore
+    from obstore.exceptions import GenericError
+
+    def put(*args: object, **kwargs: object) -> None:
+        raise GenericError("Generic S3 error: Error performing PUT http://10.1.2.3:9000/bkt/x "
+                           "in 5s - HTTP error: error sending request")
+
+    monkeypatch.setattr(obstore, "put", put)
+    storage, root = storage_for("s3://bkt/wal", options=None)
+    with pytest.raises(StorageError, match="the store is unreachable"):
+        storage.create(root + "/x", b"1")
