@@ -4,4 +4,4 @@ import sys
 
 from connectors.cli import main
 
-sys.exit(main())
+sys.exit(main(prog="python -m connectors"))

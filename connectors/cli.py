@@ -17,10 +17,16 @@ Commands:
   transactional sink's topic that ``read_committed`` readers are held on, for how long, and
   (``--abort``, after confirmation) the open transactions of ``<ID>-0`` .. ``<ID>-<N-1>``
   aborted.
+- ``doctor [--bootstrap B [--topic T] [--group G] [--sink-id ID]] [--path P]``: this
+  install (Python, pyspark, confluent-kafka and librdkafka, the C extensions and the Kafka
+  sink's produce path, Java and Maven), and when given a cluster's brokers and what they
+  serve, the principal's ACLs against docs/security.md, a path's conditional writes
+  (``connectors/doctor/``); exit 1 when a check fails.
 
 Every command takes ``--json``. Errors are one line on stderr with exit code 2; passwords in
 URLs are redacted in all output. Only ``sink reset`` and ``transactions --abort`` change
-anything; no command creates a topic. A command that finds nothing of what it was asked
+anything (``doctor --path`` creates and deletes the sinks' own probe object); no command
+creates a topic. A command that finds nothing of what it was asked
 about (a path or table without our state, a directory without the log asked for, a topic
 that does not exist, a group without committed offsets) says what it found and exits 2.
 """
@@ -33,6 +39,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from connectors import cli_kafka
 from connectors.core.errors import ConnectorError
 from connectors.core.options import redact_url
 
@@ -176,6 +183,14 @@ def _reset_state(args: argparse.Namespace) -> dict[str, Any]:
         raise ConnectorError(f"sink reset: {state.url()} holds no {family} sink state (no "
                              "owner record, no commits): nothing to reset")
     sink_id = args.sink_id if args.sink_id else (owner.sink_id if owner else None)
+    if owner is not None and owner.sink_id != sink_id:
+        # The write path's ownership error would say "nothing was written" and advise on
+        # sharing a path between two sinks: the operator here named the wrong sink or path.
+        raise ConnectorError(
+            f"sink reset: {state.url()} belongs to sink_id {owner.sink_id!r} (an {family} "
+            f"sink), not {sink_id!r}; nothing was reset. To reset that sink, "
+            f"give --sink-id {owner.sink_id}; for sink {sink_id!r}, give its own "
+            f"{'--wal-path' if args.wal_path else '--path'}")
     last = state.last_committed()
     record = state.reset(family, sink_id)
     return {"sink_id": sink_id, "where": state.url(), "last_committed": last,
@@ -192,124 +207,14 @@ def _reset_jdbc(args: argparse.Namespace) -> dict[str, Any]:
             "last_committed": last, "batch_offset": 0, "resets": 1}
 
 
-# -- lag ---------------------------------------------------------------------------------------
-def _kafka_settings(args: argparse.Namespace) -> dict[str, str]:
-    """librdkafka settings from ``--kafka-config FILE`` then ``--kafka KEY=VALUE``."""
-    lines: list[str] = []
-    if getattr(args, "kafka_config", None):
-        try:
-            with open(args.kafka_config, encoding="utf-8") as f:
-                lines += f.read().splitlines()
-        except OSError as e:
-            raise ConnectorError(f"--kafka-config {args.kafka_config!r}: {e.strerror}") from None
-    lines += getattr(args, "kafka", None) or []
-    out: dict[str, str] = {}
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConnectorError(f"Kafka setting {key!r}: give KEY=VALUE, e.g. "
-                                 "security.protocol=SASL_SSL")
-        out[key.strip().removeprefix("kafka.")] = value.strip()
-    return out
-
-
+# -- lag, transactions (connectors/cli_kafka.py) ------------------------------------------------
 def lag(args: argparse.Namespace) -> int:
-    """Committed offsets of ``--group`` against the partitions' ends, read without changing
-    anything (``kafka/lookup``: no admin ListConsumerGroupOffsets, no topic created)."""
-    from connectors.kafka import access, lookup
-    from connectors.kafka.common import LIBRDKAFKA_LOG
-
-    conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
-                            "logger": LIBRDKAFKA_LOG}
-
-    def named(call: Any, resource: str, request: str, topic: str = "") -> Any:
-        try:
-            return call()
-        except lookup.LookupFailed as e:
-            needs = [a.bind(group=args.group, topic=topic) for a in access.ROLES["lag"]
-                     if a.resource == resource]
-            denied = access.denied(e.cause, who="lag", conf=conf, needs=needs, request=request)
-            if denied is not None:
-                raise ConnectorError(denied) from None
-            raise ConnectorError(
-                f"lag of group {args.group!r}: {e} (from {args.bootstrap}, within --timeout "
-                f"{args.timeout:g}s). Is the broker reachable from here (host, port, TLS/SASL "
-                "settings)?") from None
-
-    looker = lookup.consumer(conf)
-    # read_uncommitted: the offsets as committed, as Kafka's own tools show them, without
-    # waiting on a transaction that holds an offset of the group (require_stable)
-    group = lookup.consumer(conf, args.group, isolation="read_uncommitted")
-    try:
-        if args.topic:
-            # The broker leaves topics the principal may not DESCRIBE out of a listing
-            # without an error; naming the topic makes that denial visible.
-            topics = {args.topic: named(
-                lambda: lookup.topic_partitions(looker, args.topic, args.timeout,
-                                                args.bootstrap, "lag"),
-                "TOPIC", f"Metadata of topic {args.topic!r}", args.topic)}
-        else:
-            topics = named(lambda: lookup.all_topics(looker, args.timeout), "TOPIC",
-                           "Metadata of all topics")
-        tps = [(t, p) for t, parts in sorted(topics.items()) for p in parts]
-        offsets: dict[tuple[str, int], int] = named(
-            lambda: lookup.committed(group, tps, args.timeout), "GROUP",
-            f"OffsetFetch of group {args.group!r}")
-        if not offsets:
-            where = (f"topic {args.topic!r}" if args.topic else
-                     f"any of the {len(topics)} topics this principal may describe")
-            raise ConnectorError(
-                f"lag: group {args.group!r} has no committed offsets on {where} at "
-                f"{args.bootstrap}: a group that never committed (an eo_kafka source "
-                "commits after its first batch), a mistyped --group, or offsets expired "
-                "after the broker's offsets.retention.minutes")
-        first = next(iter(offsets))[0]
-        ends = named(lambda: lookup.ends(looker, sorted(offsets), args.timeout), "TOPIC",
-                     "ListOffsets of the group's partitions", first)
-    finally:
-        group.close()
-        looker.close()
-    partitions = []
-    for (topic, partition), offset in sorted(offsets.items()):
-        end = ends.get((topic, partition))
-        partitions.append({
-            "topic": topic, "partition": partition, "committed": offset,
-            "end": end, "lag": None if end is None else max(0, end - offset),
-        })
-    total = sum(p["lag"] or 0 for p in partitions)
-    lines = [f"group {args.group} @ {args.bootstrap}: total lag {total}"]
-    lines += [f"  {p['topic']}[{p['partition']}] committed {p['committed']} end {p['end']} "
-              f"lag {p['lag']}" for p in partitions]
-    if total:
-        lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
-                     "batch: after a finished AvailableNow/Once run, the last window shows as "
-                     "lag until the next run; see docs/kafka-source.md)")
-    _emit(args, {"group": args.group, "total_lag": total, "partitions": partitions}, lines)
+    _emit(args, *cli_kafka.lag(args))
     return 0
 
 
-# -- transactions ------------------------------------------------------------------------------
 def transactions(args: argparse.Namespace) -> int:
-    from connectors.kafka.common import LIBRDKAFKA_LOG
-    from connectors.kafka.sink import transactions as txns
-
-    conf: dict[str, Any] = {**_kafka_settings(args), "bootstrap.servers": args.bootstrap,
-                            "logger": LIBRDKAFKA_LOG}
-
-    def confirm(ids: str) -> bool:
-        return args.yes or input(
-            f"abort the open transactions of {ids}? A task still writing with one of them "
-            "fails and is retried by Spark. Type the sink id to confirm: ").strip() == args.sink_id
-
-    if args.abort and args.writers < 1:
-        raise ConnectorError("transactions --abort: give --writers N, the number of writer "
-                             "partitions (Spark tasks per batch) of the sink")
-    doc, lines = txns.report(conf, args.topic, args.sink_id, args.writers if args.abort else 0,
-                             args.timeout, confirm)
-    _emit(args, doc, lines)
+    _emit(args, *cli_kafka.transactions(args))
     return 0
 
 
@@ -334,10 +239,12 @@ def files_status(args: argparse.Namespace) -> int:
     state = sink_state(storage, root)
     batches = batches_in(state) if has_log else []
     reset = report.reset_summary(state.reset_record())
-    lines = [f"eo_files output {args.path}: {len(batches)} committed batches"]
+    shown = batches[-args.last:] if args.last else batches
+    lines = [f"eo_files output {args.path}: {len(batches)} committed batches"
+             + (f" (the last {len(shown)} shown)" if len(shown) < len(batches) else "")]
     if reset is not None:
         lines.append(f"  {report.reset_line(reset)}")
-    for b in batches[-args.last:] if args.last else batches:
+    for b in shown:
         lines.append(f"  batch {b['batch_id']}: {len(b['files'])} files, {b.get('rows', '?')} rows")
         if args.verbose:
             lines += [f"      {f}" for f in b["files"]]
@@ -360,10 +267,23 @@ def files_status(args: argparse.Namespace) -> int:
                      "flight, or files of failed attempts until the next cleanup)")
         if args.verbose:
             lines += [f"      {storage.url(f)}" for f in uncommitted]
-    _emit(args, {"path": args.path, "batches": batches, "files": total_files, "reset": reset,
+    _emit(args, {"path": args.path, "committed_batches": len(batches), "batches": shown,
+                 "files": total_files, "reset": reset,
                  "staging": [storage.url(p) for p in pending],
                  "uncommitted": [storage.url(f) for f in uncommitted]}, lines)
     return 0
+
+
+# -- doctor ------------------------------------------------------------------------------------
+def doctor(args: argparse.Namespace) -> int:
+    """What this install can do, and what a cluster, its ACLs or a path serve
+    (``connectors/doctor``)."""
+    from connectors import doctor as dr
+
+    storage = _storage(args, args.path) if args.path else None
+    doc, lines, code = dr.run(args, cli_kafka.kafka_settings(args), storage)
+    _emit(args, doc, lines)
+    return code
 
 
 # -- demo --------------------------------------------------------------------------------------
@@ -373,9 +293,19 @@ def demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m connectors", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+#: ``--help``'s text: plain words, none of the docstring's reStructuredText markup.
+DESCRIPTION = ("Operator CLI of the exactly-once connectors: inspect write-ahead logs, sink "
+               "state, consumer lag and open transactions; record a sink reset; check this "
+               "install, a cluster and a storage path (doctor); run the demo.")
+EPILOG = ("Every command takes --json. Errors are one line on stderr with exit code 2. Only "
+          "'sink reset' and 'transactions --abort' change anything, and no command creates a "
+          "topic; a command that finds nothing of what it was asked about says what it found "
+          "and exits 2. '<command> --help' for each one; docs: README.md, 'Operator CLI'.")
+
+
+def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_json(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
@@ -459,16 +389,31 @@ def build_parser() -> argparse.ArgumentParser:
     files = sub.add_parser("files", help="eo_files output state").add_subparsers(
         dest="files_command", required=True)
     f = with_json(files.add_parser("status", help="committed batches and files"))
-    f.add_argument("path")
+    f.add_argument("path", help="the eo_files output path (local, file://, hdfs://, "
+                   "webhdfs://, s3://, gs://, abfss://)")
     f.add_argument("--last", type=int, default=0, help="only the last N batches")
     f.add_argument("-v", "--verbose", action="store_true", help="list every file")
     with_storage(f)
     f.set_defaults(func=files_status)
+
+    from connectors import doctor as dr
+
+    doc = with_json(sub.add_parser(
+        "doctor", help="check this install, and a cluster, ACLs or a storage path when given "
+        "(read-only; exit 1 when a check fails)", description="One line per check, ok or what "
+        "to do: Python, pyspark, confluent-kafka/librdkafka, the C extensions and the Kafka "
+        "sink's produce path, Java and Maven; with --bootstrap each broker's versions and "
+        "what it serves; with --topic/--group/--sink-id the principal's ACLs of "
+        "docs/security.md's roles; with --path the storage's conditional writes. Creates no "
+        "topic and writes nothing but the storage probe the sinks make themselves."))
+    dr.add_arguments(doc)
+    with_storage(doc)
+    doc.set_defaults(func=doctor)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "eo-connectors") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         code: int = args.func(args)
         return code

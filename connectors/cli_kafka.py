@@ -1,0 +1,131 @@
+"""The CLI's Kafka commands (``eo-connectors lag``, ``transactions``) and the librdkafka
+settings every Kafka command takes (``--kafka``, ``--kafka-config``). Each command returns its
+JSON document and its text lines; ``connectors.cli`` prints them. Nothing here creates a
+topic: lookups by name go through ``kafka/lookup`` (see its docstring)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from connectors.core.errors import ConnectorError
+
+
+# -- lag ---------------------------------------------------------------------------------------
+def kafka_settings(args: argparse.Namespace) -> dict[str, str]:
+    """librdkafka settings from ``--kafka-config FILE`` then ``--kafka KEY=VALUE``."""
+    lines: list[str] = []
+    if getattr(args, "kafka_config", None):
+        try:
+            with open(args.kafka_config, encoding="utf-8") as f:
+                lines += f.read().splitlines()
+        except OSError as e:
+            raise ConnectorError(f"--kafka-config {args.kafka_config!r}: {e.strerror}") from None
+    lines += getattr(args, "kafka", None) or []
+    out: dict[str, str] = {}
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConnectorError(f"Kafka setting {key!r}: give KEY=VALUE, e.g. "
+                                 "security.protocol=SASL_SSL")
+        out[key.strip().removeprefix("kafka.")] = value.strip()
+    return out
+
+
+def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """Committed offsets of ``--group`` against the partitions' ends, read without changing
+    anything (``kafka/lookup``: no admin ListConsumerGroupOffsets, no topic created)."""
+    from connectors.kafka import access, lookup
+    from connectors.kafka.common import LIBRDKAFKA_LOG
+
+    conf: dict[str, Any] = {**kafka_settings(args), "bootstrap.servers": args.bootstrap,
+                            "logger": LIBRDKAFKA_LOG}
+
+    def named(call: Any, resource: str, request: str, topic: str = "") -> Any:
+        try:
+            return call()
+        except lookup.LookupFailed as e:
+            needs = [a.bind(group=args.group, topic=topic) for a in access.ROLES["lag"]
+                     if a.resource == resource]
+            denied = access.denied(e.cause, who="lag", conf=conf, needs=needs, request=request)
+            if denied is not None:
+                raise ConnectorError(denied) from None
+            raise ConnectorError(
+                f"lag of group {args.group!r}: {e} (from {args.bootstrap}, within --timeout "
+                f"{args.timeout:g}s). Is the broker reachable from here (host, port, TLS/SASL "
+                "settings)?") from None
+
+    looker = lookup.consumer(conf)
+    # read_uncommitted: the offsets as committed, as Kafka's own tools show them, without
+    # waiting on a transaction that holds an offset of the group (require_stable)
+    group = lookup.consumer(conf, args.group, isolation="read_uncommitted")
+    try:
+        if args.topic:
+            # The broker leaves topics the principal may not DESCRIBE out of a listing
+            # without an error; naming the topic makes that denial visible.
+            topics = {args.topic: named(
+                lambda: lookup.topic_partitions(looker, args.topic, args.timeout,
+                                                args.bootstrap, "lag"),
+                "TOPIC", f"Metadata of topic {args.topic!r}", args.topic)}
+        else:
+            topics = named(lambda: lookup.all_topics(looker, args.timeout), "TOPIC",
+                           "Metadata of all topics")
+        tps = [(t, p) for t, parts in sorted(topics.items()) for p in parts]
+        offsets: dict[tuple[str, int], int] = named(
+            lambda: lookup.committed(group, tps, args.timeout), "GROUP",
+            f"OffsetFetch of group {args.group!r}")
+        if not offsets:
+            where = (f"topic {args.topic!r}" if args.topic else
+                     f"any of the {len(topics)} topics this principal may describe")
+            raise ConnectorError(
+                f"lag: group {args.group!r} has no committed offsets on {where} at "
+                f"{args.bootstrap}: a group that never committed (an eo_kafka source "
+                "commits after its first batch), a mistyped --group, or offsets expired "
+                "after the broker's offsets.retention.minutes")
+        first = next(iter(offsets))[0]
+        ends = named(lambda: lookup.ends(looker, sorted(offsets), args.timeout), "TOPIC",
+                     "ListOffsets of the group's partitions", first)
+    finally:
+        group.close()
+        looker.close()
+    partitions = []
+    for (topic, partition), offset in sorted(offsets.items()):
+        end = ends.get((topic, partition))
+        partitions.append({
+            "topic": topic, "partition": partition, "committed": offset,
+            "end": end, "lag": None if end is None else max(0, end - offset),
+        })
+    total = sum(p["lag"] or 0 for p in partitions)
+    lines = [f"group {args.group} @ {args.bootstrap}: total lag {total}"]
+    lines += [f"  {p['topic']}[{p['partition']}] committed {p['committed']} end {p['end']} "
+              f"lag {p['lag']}" for p in partitions]
+    if total:
+        lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
+                     "batch: after a finished AvailableNow/Once run, the last window shows as "
+                     "lag until the next run; see docs/kafka-source.md)")
+    return {"group": args.group, "total_lag": total, "partitions": partitions}, lines
+
+
+# -- transactions ------------------------------------------------------------------------------
+def transactions(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from connectors.kafka.common import LIBRDKAFKA_LOG
+    from connectors.kafka.sink import transactions as txns
+
+    conf: dict[str, Any] = {**kafka_settings(args), "bootstrap.servers": args.bootstrap,
+                            "logger": LIBRDKAFKA_LOG}
+
+    def confirm(ids: str) -> bool:
+        return args.yes or input(
+            f"abort the open transactions of {ids}? A task still writing with one of them "
+            "fails and is retried by Spark. Type the sink id to confirm: ").strip() == args.sink_id
+
+    if args.abort and args.writers < 1:
+        raise ConnectorError("transactions --abort: give --writers N, the number of writer "
+                             "partitions (Spark tasks per batch) of the sink")
+    doc: dict[str, Any]
+    doc, lines = txns.report(conf, args.topic, args.sink_id, args.writers if args.abort else 0,
+                             args.timeout, confirm)
+    return doc, lines
