@@ -52,15 +52,19 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-broker", action="store_true", help="leave the local Kafka broker "
                    "running after the demo (implies --keep), so lag and transactions can be "
                    "tried too; the demo prints how to stop it")
-    p.add_argument("--lines", type=int, default=20000, help="lines of words to produce")
+    p.add_argument("--lines", type=int, default=20000,
+                   help="lines of words to produce (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=1000,
-                   help="maxOffsetsPerTrigger of the pipeline (lines per micro-batch)")
-    p.add_argument("--kills", type=int, default=1, help="how many times to SIGKILL the pipeline")
+                   help="maxOffsetsPerTrigger of the pipeline, lines per micro-batch "
+                   "(default: %(default)s)")
+    p.add_argument("--kills", type=int, default=1,
+                   help="how many times to SIGKILL the pipeline (default: %(default)s)")
     p.add_argument("--seed", type=int, default=None, help="random seed (words and kill times)")
     p.add_argument("--crash-at", default=None, help="kill at this failpoint (e.g. "
                    "'jdbc.after_commit@2') instead of at a random moment")
     p.add_argument("--naive-jdbc", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per pipeline run")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per pipeline run (default: %(default)g)")
 
 
 @dataclass
@@ -85,10 +89,17 @@ def compare(name: str, expected: Counter[str], got: Counter[str], rows_out: int)
     return SinkCheck(name, rows_out, sum(expected.values()), sum(got.values()), dup, miss, wrong)
 
 
-def _progress(done: int, total: int, width: int = 30) -> None:
-    filled = int(width * done / max(total, 1))
-    sys.stdout.write(f"\r  producing [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    sys.stdout.flush()
+def _progress(done: int, total: int, before: int, width: int = 30) -> None:
+    """``done`` of ``total`` lines produced (``before`` at the last call): a bar redrawn in
+    place on a terminal; into a pipe or a file (a CI log), a plain line at each quarter
+    instead of carriage-return frames."""
+    if sys.stdout.isatty():
+        filled = int(width * done / max(total, 1))
+        sys.stdout.write(f"\r  producing [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+                         + ("\n" if done >= total else ""))
+        sys.stdout.flush()
+    elif done * 4 // max(total, 1) > before * 4 // max(total, 1):
+        print(f"  produced {done}/{total} lines", flush=True)
 
 
 def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
@@ -104,8 +115,7 @@ def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
     chunk = max(1, lines // 20)
     for start in range(0, lines, chunk):
         produce_records(bootstrap, topic, records[start:start + chunk])
-        _progress(min(start + chunk, lines), lines)
-    sys.stdout.write("\n")
+        _progress(min(start + chunk, lines), lines, start)
     return truth
 
 
@@ -160,6 +170,9 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
     deadline = began + timeout
     next_report = began + 5.0
     killed = False
+    # Until it plans a batch of its own, the child is starting: a JVM, a session, and on a
+    # restart the recovery from the checkpoint; say so instead of a silent wait.
+    planned_before = last_batch(cfg["checkpoint"])
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module
             _pipeline_cmd(cfg), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -178,7 +191,11 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
                     break
                 if progress is not None and time.monotonic() >= next_report:
                     next_report += 5.0
-                    progress(f"  {time.monotonic() - began:.0f}s: {sink_progress(cfg)}")
+                    state = (sink_progress(cfg) if planned != planned_before else
+                             "starting Spark (its JVM and session" + (
+                                 ", then the recovery from the checkpoint)" if planned_before
+                                 is not None else ", then the first batch's plan)"))
+                    progress(f"  {time.monotonic() - began:.0f}s: {state}")
                 time.sleep(0.05)
             proc.wait()
         finally:
@@ -220,8 +237,9 @@ def run_demo(args: argparse.Namespace) -> int:
         if args.bootstrap:
             bootstrap = args.bootstrap
         else:
-            say("starting a local Kafka broker (Apache Kafka from Maven Central jars; the "
-                "first run downloads them)...")
+            _resolve_broker_jars(say)
+            say("starting a local Kafka broker...")
+            began = time.monotonic()
             broker = start_local_kafka(os.path.join(workdir, "kafka"))
             bootstrap = broker.bootstrap
             pid = getattr(broker, "pid", None)
@@ -229,7 +247,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 # its own session (process group): one signal stops it and its children
                 stop_broker = f"kill -TERM -- -{pid}"
             kind = "tansu (fallback)" if broker.version == "tansu" else "Apache Kafka"
-            say(f"  {kind} {broker.version} on {bootstrap}")
+            say(f"  {kind} {broker.version} on {bootstrap} ({time.monotonic() - began:.0f}s)")
         # The seed fixes the data and the kill times; the token keeps a rerun with the same
         # seed against the same broker and database from meeting the last run's topics,
         # table and sink state.
@@ -253,6 +271,8 @@ def run_demo(args: argparse.Namespace) -> int:
         truth = (produce_lines(bootstrap, cfg["in_topic"], args.lines, 4, rng) if not quiet
                  else _quiet_produce(bootstrap, cfg["in_topic"], args.lines, rng))
         log_path = os.path.join(workdir, "pipeline.log")
+        say(f"the pipeline runs Spark in a child process (its log: {log_path}); every 5 s "
+            "it says what each sink has committed")
         crashes: list[dict[str, Any]] = []
         n_batches = -(-args.lines // args.batch_size)
         for k in range(args.kills):
@@ -271,7 +291,8 @@ def run_demo(args: argparse.Namespace) -> int:
             what = f"failpoint {fp}" if fp else f"SIGKILL {jitter:.1f}s into batch {target}"
             say(f"run {k + 1}: pipeline with {what}")
             code, killed = run_child(cfg, kill_at_batch=target, jitter=jitter, failpoint=fp,
-                                     timeout=args.timeout, log_path=log_path)
+                                     timeout=args.timeout, log_path=log_path,
+                                     progress=None if quiet else say)
             batch = last_batch(cfg["checkpoint"])
             crashes.append({"run": k + 1, "killed": killed, "exit": code, "batch": batch})
             if killed:
@@ -326,6 +347,22 @@ def run_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         elif not quiet:
             print(f"work directory kept: {workdir}")
+
+
+def _resolve_broker_jars(say: Any) -> None:
+    """Resolve Apache Kafka's jars before the broker starts, saying so: on a first run that
+    is a download from Maven Central of tens of seconds (cached afterwards)."""
+    from connectors.demo.services import maven
+
+    if maven.java_and_maven() is not None:
+        return  # start_local_kafka falls back to tansu and says why
+    say(f"resolving Apache Kafka's jars with Maven (the first run downloads them from Maven "
+        f"Central; cached in {maven.cache_root()})...")
+    began = time.monotonic()
+    maven.resolve("kafka")
+    took = time.monotonic() - began
+    if took >= 1.0:
+        say(f"  resolved in {took:.0f}s")
 
 
 def inspect_commands(cfg: dict[str, Any], broker_up: bool) -> list[tuple[str, str]]:

@@ -137,14 +137,16 @@ def read_jdbc_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
 
 def read_kafka_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
     """Sum per-batch counts from the output topic, read to partition EOF, read_committed."""
-    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from connectors.kafka.common import LIBRDKAFKA_LOG
 
     consumer = Consumer({
         "bootstrap.servers": cfg["bootstrap"], "group.id": f"demo-verify-{cfg['sink_id']}",
         "enable.auto.commit": False, "enable.partition.eof": True,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        "logger": LIBRDKAFKA_LOG,  # librdkafka's lines stay out of the demo's console
     })
-    from confluent_kafka import TopicPartition
 
     topic = cfg["out_topic"]
     parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)

@@ -6,9 +6,11 @@ says so; the demo's progress writes no carriage-return frames into a pipe or a f
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +21,8 @@ from connectors.core.sink import TaskInfo
 from connectors.demo import app
 from connectors.files.sink import FileSink
 from tests.helpers import REPO
+
+REPO_PATH = Path(REPO)
 
 
 def parsers(p: argparse.ArgumentParser | None = None) -> list[argparse.ArgumentParser]:
@@ -99,3 +103,49 @@ def test_demo_progress_into_a_pipe_is_plain_lines(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "\r" not in out
     assert out.splitlines() == [f"  produced {n}/{total} lines" for n in (250, 500, 750, 1000)]
+
+
+# -- librdkafka's own lines stay out of the console --------------------------------------------
+CLIENTS = {"Consumer", "Producer", "AdminClient"}
+CONSOLE = ["connectors/demo", "connectors/cli.py", "connectors/cli_kafka.py",
+           "connectors/doctor", "connectors/kafka/lookup.py"]
+
+
+def _has_logger(node: ast.AST, assigned: dict[str, ast.AST]) -> bool:
+    """A dict display with a "logger" key, or a name bound to one in the same function."""
+    if isinstance(node, ast.Name) and node.id in assigned:
+        return _has_logger(assigned[node.id], {})
+    return isinstance(node, ast.Dict) and any(
+        isinstance(k, ast.Constant) and k.value == "logger" for k in node.keys)
+
+
+def _client_calls(path: Path) -> list[str]:
+    """Where a librdkafka client is made without ``logger`` (line numbers)."""
+    tree = ast.parse(path.read_text(), str(path))
+    bad = []
+    for fn in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))]:
+        assigned: dict[str, ast.AST] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 \
+                    and isinstance(n.targets[0], ast.Name):
+                assigned[n.targets[0].id] = n.value
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
+                assigned[n.target.id] = n.value
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.Call) and getattr(n.func, "id", None) in CLIENTS):
+                continue
+            if any(k.arg == "logger" for k in n.keywords):
+                continue
+            if n.args and _has_logger(n.args[0], assigned):
+                continue
+            bad.append(f"{path.relative_to(REPO_PATH)}:{n.lineno}")
+    return sorted(set(bad))
+
+
+def test_every_client_the_cli_and_the_demo_make_routes_librdkafka_s_log() -> None:
+    """A client without ``logger=LIBRDKAFKA_LOG`` prints librdkafka's lines
+    (``%4|...|GETPID|... Coordinator load in progress``) straight to the console."""
+    files = [p for c in CONSOLE for p in ([REPO_PATH / c] if c.endswith(".py")
+                                          else sorted((REPO_PATH / c).rglob("*.py")))]
+    assert len(files) > 5
+    assert [b for f in files for b in _client_calls(f)] == []

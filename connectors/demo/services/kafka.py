@@ -84,7 +84,10 @@ def _wait_ready(proc: subprocess.Popen[bytes], host_port: tuple[str, int], boots
                 pass
             if check_metadata:
                 if admin is None:
-                    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+                    from connectors.kafka.common import LIBRDKAFKA_LOG
+
+                    admin = AdminClient({"bootstrap.servers": bootstrap},
+                                        logger=LIBRDKAFKA_LOG)
                 meta = admin.list_topics(timeout=2)
                 if not meta.brokers:
                     raise ConnectorError("metadata lists no broker yet")
@@ -383,7 +386,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     partition has a leader."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from connectors.kafka.common import LIBRDKAFKA_LOG
+
+    admin = AdminClient({"bootstrap.servers": bootstrap}, logger=LIBRDKAFKA_LOG)
     futures = admin.create_topics(
         [NewTopic(topic, partitions, replicas, config=dict(config or {}))],
         operation_timeout=timeout
