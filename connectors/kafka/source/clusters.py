@@ -50,6 +50,11 @@ class Clusters:
             self._admins[cluster.name] = client
         return client
 
+    def drop_admin(self, cluster: ClusterSpec) -> None:
+        """Forget the cluster's admin client (its view of the leaders is stale); the next
+        request makes a new one."""
+        self._admins.pop(cluster.name, None)
+
     def committer(self, cluster: ClusterSpec) -> Any:
         """A consumer in the source's group; it only commits offsets, never subscribes."""
         client = self._committers.get(cluster.name)
@@ -173,7 +178,10 @@ class Clusters:
                 invalid = [tp_name(tp) for tp, offset in got.items() if offset == OFFSET_INVALID]
                 if invalid:
                     # librdkafka answers a partition whose leader just moved with no offset
-                    # and no error: asked again, never read as "the log ends at -1001".
+                    # and no error, and its admin client kept doing so for a minute after a
+                    # leader kill (CI): asked again with a new admin client (new metadata),
+                    # never read as "the log ends at -1001".
+                    self.drop_admin(c)
                     raise KafkaException(KafkaError(
                         KafkaError.LEADER_NOT_AVAILABLE,
                         f"ListOffsets gave no offset for {invalid[:5]}", retriable=True))
