@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,21 +104,11 @@ def produce(bootstrap: str, topic: str, rows: int, partitions: int, schema: dict
     produce_records(bootstrap, topic, records())
 
 
-def jvm_with_avro() -> tuple[Any, Path]:
+def jvm_with_avro() -> Any:
     """Spark's JVM connector with ``spark-avro`` of its version on the same classpath."""
-    import dataclasses
+    from tests.services.spark_jvm import jvm_spark, with_avro
 
-    from connectors.demo.services import maven
-    from tests.services.spark_jvm import jvm_spark
-
-    jvm = jvm_spark()
-    avro = maven.resolve("spark-avro", {"spark.kafka.version": jvm.spark_version})
-    merged = Path(tempfile.mkdtemp(prefix="eo-bench-jars-"))
-    for jar in [*jvm.jars.glob("*.jar"), *avro.glob("*.jar")]:
-        target = merged / jar.name
-        if not target.exists():
-            target.symlink_to(jar)
-    return dataclasses.replace(jvm, jars=merged), merged
+    return with_avro(jvm_spark())
 
 
 def ours_read(spark: Any, bootstrap: str, topic: str, url: str, rows: int) -> float:
@@ -160,7 +149,6 @@ def main() -> None:
     bootstrap, broker = bench_broker()
     url, reg = registry()
     scratch = tempfile.mkdtemp(prefix="eo-bench-avro-")
-    merged: Path | None = None
     try:
         spark = bench_spark("bench-avro")
         schema = schema_of_struct(spark)
@@ -172,7 +160,7 @@ def main() -> None:
         print(f"produced {args.rows:,} framed Avro records (schema id {schema_id}) in "
               f"{time.perf_counter() - began:.1f}s; registry {url}", flush=True)
 
-        jvm, merged = jvm_with_avro()
+        jvm = jvm_with_avro()
         print(f"JVM baseline: {jvm.describe()} + spark-avro; our pyspark {jvm.ours}", flush=True)
         out = run_job(jvm, {"action": "bench_avro_read", "bootstrap": bootstrap, "topic": topic,
                             "rows": args.rows, "repeat": args.repeat, "schema": json.dumps(schema),
@@ -229,8 +217,6 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        if merged is not None:
-            shutil.rmtree(merged, ignore_errors=True)
         if reg is not None:
             reg.stop()
         if broker is not None:

@@ -221,6 +221,26 @@ def run_job(jvm: JvmSpark, spec: Mapping[str, Any], timeout: float = 600.0) -> d
     return result
 
 
+def with_avro(jvm: JvmSpark) -> JvmSpark:
+    """``jvm`` with Spark's own ``spark-avro`` (``from_avro``/``to_avro``, pom profile
+    ``spark-avro``) at its Spark version beside the Kafka connector: one directory of links
+    to both, kept in the cache."""
+    import dataclasses
+
+    props = ({} if jvm.spark_version == maven.pom_property("spark.kafka.version")
+             else {"spark.kafka.version": jvm.spark_version})
+    avro = maven.resolve("spark-avro", props)
+    merged = maven.cache_root() / "jvm" / f"{jvm.jars.name}+{avro.name}"
+    if not (merged / ".linked").exists():
+        merged.mkdir(parents=True, exist_ok=True)
+        for jar in [*jvm.jars.glob("*.jar"), *avro.glob("*.jar")]:
+            target = merged / jar.name
+            if not target.exists():
+                target.symlink_to(jar)
+        (merged / ".linked").write_text("")
+    return dataclasses.replace(jvm, jars=merged)
+
+
 def jvm_read_topic(jvm: JvmSpark, bootstrap: str, topic: str,
                    isolation: str = "read_committed") -> tuple[list[tuple[Any, ...]], str]:
     """Spark's JVM Kafka source, batch, the whole topic: ``(key, value, partition, offset,

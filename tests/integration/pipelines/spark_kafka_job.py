@@ -26,6 +26,9 @@ argument names a JSON spec file:
 - ``{"action": "bench_avro_write", "bootstrap", "topics", "rows", "schema", "schema_id"}``:
   its write baseline: the same 10-field struct made by Spark, ``to_avro`` with ``schema``
   behind the 5-byte header of ``schema_id``, into Spark's Kafka sink, one topic per run;
+- ``{"action": "read_avro", "bootstrap", "topic", "schema"}``: the whole topic through
+  Spark's Kafka source, the 5-byte header cut off with ``substring``, ``from_avro`` with
+  ``schema``; result ``rows``: each value as JSON (``to_json``), and the header bytes;
 - ``{"action": "latency_copy", "bootstrap", "source", "sink", "checkpoint", "started_file",
   "stop_file", "max_seconds"}``: bench/latency.py's baseline, a streaming Kafka -> Kafka
   copy of ``value`` until ``stop_file`` appears; result ``progress`` (every batch's JSON).
@@ -137,6 +140,20 @@ AVRO_STRUCT = (
     "'tag', repeat('t', cast(id % 10 as int)), 'amount', if(id % 5 = 0, null, id))")
 
 
+def read_avro(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import expr, to_json
+
+    raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", spec["bootstrap"])
+           .option("subscribe", spec["topic"]).option("startingOffsets", "earliest")
+           .option("endingOffsets", "latest").load())
+    rows = raw.select(
+        to_json(from_avro(expr("substring(value, 6, length(value) - 5)"), spec["schema"],
+                          {"mode": "FAILFAST"})).alias("json"),
+        expr("hex(substring(value, 1, 5))").alias("header")).collect()
+    return {"rows": [[r["json"], r["header"]] for r in rows]}
+
+
 def bench_avro_read(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     import time
 
@@ -233,7 +250,8 @@ def main(argv: list[str]) -> int:
                              f"{spec['expect_spark']}: refusing to mix versions")
         actions = {"read": read, "write": write, "bench_write": bench_write,
                    "bench_read": bench_read, "latency_copy": latency_copy,
-                   "bench_avro_read": bench_avro_read, "bench_avro_write": bench_avro_write}
+                   "bench_avro_read": bench_avro_read, "bench_avro_write": bench_avro_write,
+                   "read_avro": read_avro}
         result = actions[spec["action"]](spark, spec)
         result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
     finally:
