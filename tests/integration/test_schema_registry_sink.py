@@ -124,3 +124,28 @@ def test_bad_sink_format_options_name_the_option(spark: Any, kafka_bootstrap: st
                useLatestVersion="true")
     with pytest.raises(Exception, match="subjectNameStrategy"):
         _write(df, kafka_bootstrap, topic, registry_url, tmp_path, subjectNameStrategy="nope")
+
+
+def test_what_the_sink_writes_reads_back_with_sparks_own_from_avro(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str, tmp_path: Any,
+        jvm_spark: Any) -> None:
+    """Spark's JVM Kafka source + ``substring`` + ``from_avro`` (the schema from the
+    registry): a client we did not write reads every row as the DataFrame had it."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from tests.services.spark_jvm import run_job, with_avro
+
+    topic = new_topic(partitions=2)
+    df = _df(spark, 50).selectExpr("named_struct('id', value.id, 'name', value.name, "
+                                   "'price', value.price, 'note', value.note, "
+                                   "'day', value.day) as value")
+    _write(df, kafka_bootstrap, topic, registry_url, tmp_path, autoRegister="true")
+    latest = SchemaRegistryClient({"url": registry_url}).get_latest_version(f"{topic}-value")
+    result = run_job(with_avro(jvm_spark), {"action": "read_avro", "bootstrap": kafka_bootstrap,
+                                            "topic": topic, "schema": latest.schema.schema_str})
+    got = sorted((json.loads(j)["id"], json.loads(j)) for j, _ in result["rows"])
+    assert {h for _, h in result["rows"]} == {f"00{latest.schema_id:08X}"}
+    want = sorted((r["id"], {k: v for k, v in r.asDict().items() if v is not None})
+                  for r in df.selectExpr("value.id", "value.name", "value.price", "value.note",
+                                         "cast(value.day as string) as day").collect())
+    assert got == want

@@ -205,3 +205,70 @@ def test_a_running_stream_keeps_its_reader_schema_while_the_subject_evolves(
     with pytest.raises(SchemaRegistryError) as refused:
         client.register_schema(subject, Schema(json.dumps(bad), "AVRO"))
     assert refused.value.http_status_code == 409
+
+
+def test_an_unreachable_registry_fails_the_load_in_time_naming_the_url_not_the_password(
+        spark: Any, kafka_bootstrap: str, new_topic: Any) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topic = new_topic()
+    began = time.monotonic()
+    with pytest.raises(Exception) as e:
+        (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+         .option("subscribe", topic).option("valueFormat", "avro")
+         .option("schemaRegistry.url", f"http://eo:s3cr3t-pw@127.0.0.1:{port}")
+         .option("schemaRegistry.timeout", "5").load())
+    assert time.monotonic() - began < 30
+    text = str(e.value)
+    assert "unreachable" in text and f"127.0.0.1:{port}" in text
+    assert "s3cr3t-pw" not in text
+
+
+def test_dlq_keeps_the_poison_record_with_its_error_and_bytes(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str) -> None:
+    topic = new_topic()
+    good = _serialize(_serializer(registry_url, TRADE_V1), topic, [_trade(i) for i in range(4)])
+    poison = good[2][:5] + b"\xff\xff\xff"
+    produce_records(kafka_bootstrap, topic,
+                    [(None, v, 0) for v in good[:2] + [poison] + good[2:]])
+    df = _read(spark, kafka_bootstrap, topic, registry_url, onDecodeError="dlq")
+    rows = df.select("offset", "value.id", "decodeError", "rawValue").orderBy("offset").collect()
+    assert [(r[0], r[1]) for r in rows] == [(0, 0), (1, 1), (2, None), (3, 2), (4, 3)]
+    assert [r[0] for r in rows if r[2] is not None] == [2]
+    assert f"topic {topic} partition 0 offset 2" in rows[2][2]
+    assert bytes(rows[2][3]) == poison and rows[0][3] is None
+
+
+ORDER_JSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+    "properties": {"id": {"type": "integer"}, "item": {"type": "string"},
+                   "price": {"type": "number"}, "tags": {"type": "array",
+                                                          "items": {"type": "string"}}},
+    "required": ["id"]}
+
+
+def test_json_schema_written_by_confluents_serializer_reads_as_typed_columns(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str) -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = new_topic()
+    ser = JSONSerializer(json.dumps(ORDER_JSON), SchemaRegistryClient({"url": registry_url}),
+                         conf={"auto.register.schemas": True})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    records = [{"id": i, "item": f"i{i}", "price": i / 2, "tags": ["x"] * (i % 3)}
+               for i in range(50)]
+    produce_records(kafka_bootstrap, topic, [(None, ser(r, ctx), 0) for r in records])
+    df = _read(spark, kafka_bootstrap, topic, registry_url, valueFormat="json-schema")
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<id:bigint,item:string,price:double,tags:array<string>>")
+    got = sorted((r.asDict(recursive=True) for r in df.select("value.*").collect()),
+                 key=lambda r: r["id"])
+    assert got == records
+    with pytest.raises(Exception, match="holds a JSON schema, but valueFormat is avro"):
+        _read(spark, kafka_bootstrap, topic, registry_url, valueFormat="avro")
