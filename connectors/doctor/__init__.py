@@ -2,10 +2,9 @@
 and a storage path serve, one line per check, each ``ok`` or what to do.
 
 - **This install** (always): Python, pyspark, confluent-kafka and the librdkafka it loaded,
-  the two optional C extensions of the Kafka sink (``_record_batch``: record batches built
-  from Arrow buffers, the wire path of ``wireProduce=true``; ``_keyed_produce``: the
-  recovery-key mode's produce loop in C) and the produce path the sink takes with them,
-  then Java and Maven, which only the local services need (the demo's broker, the tests).
+  each optional C extension setup.py builds (``install.EXTENSIONS``: built or not, and what
+  runs without it) and the produce path the Kafka sink takes with them, then Java and Maven,
+  which only the local services need (the demo's broker, the tests).
 - **A cluster** (``--bootstrap``, with ``--kafka``/``--kafka-config`` for TLS and SASL):
   its brokers, and per broker the request versions it serves (``ApiVersions``, which Kafka
   answers before any login): the Kafka versions they imply, whether it serves the idempotent
@@ -20,9 +19,9 @@ and a storage path serve, one line per check, each ``ok`` or what to do.
 - **A storage path** (``--path``, with ``--storage KEY=VALUE``): the conditional-write probe
   every sink runs before its first commit (:func:`connectors.core.storage.check_create_if_absent`).
 
-Read-only: no topic is created (metadata through a consumer that never auto-creates, no
-request naming a topic that does not exist but a Describe), no group is joined, nothing is
-produced or committed. The one write is the storage probe the connectors themselves make: a
+Read-only: no topic is created (metadata through a consumer that never auto-creates; a topic
+is described only when the metadata lists it), no group is joined, nothing is produced or
+committed. The one write is the storage probe the connectors themselves make: a
 hidden object created twice and deleted.
 """
 
@@ -75,9 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "check")
     p.add_argument("--sink-id", help="with --bootstrap: a Kafka sink's sink_id (its "
                    "transactional ids and commit-fact groups)")
-    p.add_argument("--role", action="append", choices=ROLE_NAMES,
+    p.add_argument("--role", action="append", choices=ROLE_NAMES, metavar="ROLE",
                    help="only this role's ACLs (repeatable; default: every role whose names "
-                   "are given); the roles of docs/security.md")
+                   f"are given): {', '.join(ROLE_NAMES)}, as in docs/security.md")
     p.add_argument("--facts-topic", default=FACTS_TOPIC, help="with --sink-id: the "
                    "transactional sink's factsTopic (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=15.0,
@@ -107,19 +106,14 @@ def run(args: argparse.Namespace, settings: dict[str, str],
 
         conf: dict[str, Any] = {**settings, "bootstrap.servers": args.bootstrap,
                                 "logger": LIBRDKAFKA_LOG}
-        found, meta = cluster.cluster_checks(conf, args.timeout)
+        found, admin = cluster.cluster_checks(conf, args.timeout)
         checks += found
         names = {k: v for k, v in (("topic", args.topic), ("group", args.group),
                                    ("sink_id", args.sink_id)) if v}
         if args.sink_id:
             names["facts_topic"] = args.facts_topic
-        if meta is not None:
-            from confluent_kafka.admin import AdminClient
-
-            # conf carries the logger: librdkafka's lines stay out of the console
-            admin = AdminClient(conf) if names else None
-            checks += cluster.acl_checks(admin, conf, names, set(meta.topics), args.timeout,
-                                         args.role or ())
+        if admin is not None:
+            checks += cluster.acl_checks(admin, conf, names, args.timeout, args.role or ())
     if storage is not None:
         from connectors.core.options import redact_url
 
@@ -140,9 +134,12 @@ def storage_check(storage: Any, path: str, shown: str) -> Check:
     try:
         check_create_if_absent(storage, where)
     except ConnectorError as e:
+        # The store's own error says what to do (a bucket, credentials, an endpoint); only
+        # a refused probe needs another store.
+        refused = "create-if-absent" in str(e) or "atomically" in str(e)
         return Check("storage", f"storage {shown}", FAIL, str(e),
                      "use a store that enforces conditional writes, HDFS or a local path "
-                     "(docs/deploying.md)")
+                     "(docs/deploying.md)" if refused else "")
     probed = "" if where == path else f" (probed in {storage.url(where)}, which exists)"
     return Check("storage", f"storage {shown}", OK,
                  f"{storage.kind}: create-if-absent enforced ({how}){probed}: the commit "

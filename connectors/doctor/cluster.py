@@ -99,38 +99,37 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
 
 
 def cluster_checks(conf: Mapping[str, Any], timeout: float) -> tuple[list[Check], Any]:
-    """The cluster's brokers and each one's versions; also the metadata (None: no answer)."""
-    from connectors.kafka import access, lookup
+    """The cluster's brokers and each one's versions; also the admin client that asked (None:
+    no answer). The first request is the connectors' own (``kafka/connect.first_contact``):
+    a failed login or a protocol mismatch is named within seconds, silence at ``timeout``."""
+    from connectors.kafka.connect import first_contact, watched_admin
 
     bootstrap = str(conf.get("bootstrap.servers"))
-    looker = lookup.consumer(conf)
+    admin = watched_admin(conf)
     try:
-        meta = lookup.ask(lambda: looker.list_topics(timeout=timeout),
-                          f"metadata from {bootstrap}", timeout)
-    except lookup.LookupFailed as e:
-        denied = access.denied(e.cause, who="doctor", conf=conf, needs=[],
-                               request="Metadata")
-        return [Check("kafka", "cluster", FAIL, denied or f"no answer from {bootstrap}: {e}",
-                      "" if denied else "is the broker reachable from here (host, port), "
-                      "and do --kafka security.protocol and the TLS/SASL settings match its "
-                      "listener? (docs/security.md)")], None
-    finally:
-        looker.close()
+        # Metadata of every topic: a request that names none creates none.
+        meta = first_contact(admin, lambda left: admin.list_topics(timeout=left),
+                             timeout=timeout, who="doctor", bootstrap=bootstrap, conf=conf,
+                             error=ConnectorError)
+    except ConnectorError as e:
+        said = str(e).replace(f"connectTimeout={timeout:g}s", f"--timeout {timeout:g}s")
+        return [Check("kafka", "cluster", FAIL, said)], None
     brokers = sorted(meta.brokers.values(), key=lambda b: b.id)
     checks = [Check("kafka", "cluster", OK,
                     f"{bootstrap}: {len(brokers)} broker(s) {[b.id for b in brokers]}, "
                     f"controller {meta.controller_id}, cluster id {meta.cluster_id}")]
     checks += [broker_check(b.id, b.host, b.port, conf, timeout) for b in brokers]
-    return checks, meta
+    return checks, admin
 
 
 # -- ACLs ------------------------------------------------------------------------------------
-def acl_checks(admin: Any, conf: Mapping[str, Any], names: Mapping[str, str],
-               existing: set[str], timeout: float,
+def acl_checks(admin: Any, conf: Mapping[str, Any], names: Mapping[str, str], timeout: float,
                only: Sequence[str] = ()) -> list[Check]:
     """Each role of ``ROLES`` (those in ``only``, if given) whose names are all given: every
     ACL held or missing, from one Describe (with the principal's authorized operations) of
-    each topic in ``existing`` and each group; ``admin`` an ``AdminClient`` of ``conf``."""
+    each topic and group; ``admin`` an ``AdminClient`` of ``conf``. A Describe never creates
+    a topic (librdkafka asks without auto-creation); the metadata listing cannot stand in
+    for it, as it leaves out the topics the principal may not describe."""
     from confluent_kafka import TopicCollection
 
     from connectors.kafka import access
@@ -152,15 +151,11 @@ def acl_checks(admin: Any, conf: Mapping[str, Any], names: Mapping[str, str],
     groups = sorted({_concrete(a) for acls in roles.values() for a in acls
                      if a.resource == "GROUP"})
     held: dict[tuple[str, str], set[str] | str] = {}
-    # Only topics that exist are described: a missing one has no ACLs to tell.
-    described = [t for t in topics if t in existing]
-    if described:
-        futures = admin.describe_topics(TopicCollection(described), request_timeout=timeout,
+    if topics:
+        futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout,
                                         include_authorized_operations=True)
         for t, f in futures.items():
             held[("TOPIC", t)] = _ops(f, timeout)
-    for t in topics:
-        held.setdefault(("TOPIC", t), "does not exist here (nothing was created)")
     if groups:
         futures = admin.describe_consumer_groups(groups, request_timeout=timeout,
                                                  include_authorized_operations=True)
@@ -223,5 +218,7 @@ def _ops(future: Any, timeout: float) -> set[str] | str:
     except Exception as e:  # noqa: BLE001 - a KafkaException, or the future's timeout
         if access.is_access_error(e):
             return "denied (not even DESCRIBE)"
+        if access._error_name(e) == "UNKNOWN_TOPIC_OR_PART":
+            return "does not exist here (nothing was created)"
         return f"no answer ({e})"
     return {op.name for op in (answer.authorized_operations or [])}

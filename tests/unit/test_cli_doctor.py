@@ -167,12 +167,18 @@ def _denied() -> Exception:
     return KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 
 
+def _missing() -> Exception:
+    from confluent_kafka import KafkaError, KafkaException
+
+    return KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+
+
 CONF = {"bootstrap.servers": "b:9092", "sasl.username": "alice"}
 
 
 def test_acls_held_missing_and_not_checkable() -> None:
     admin = FakeAdmin({"in": {"READ", "DESCRIBE"}, "g": {"DESCRIBE"}})
-    checks = cluster.acl_checks(admin, CONF, {"topic": "in", "group": "g"}, {"in"}, 5.0)
+    checks = cluster.acl_checks(admin, CONF, {"topic": "in", "group": "g"}, 5.0)
     found = {c.name.split(" for ")[0]: c for c in checks}
     # every role whose names are given, and only those
     assert {n.removeprefix("ACLs of ") for n in found} == {
@@ -181,8 +187,7 @@ def test_acls_held_missing_and_not_checkable() -> None:
         "`python -m connectors lag`", "`eo_kafka` sink, recovery-key mode (the default)"}
     sink = found["ACLs of `eo_kafka` sink, recovery-key mode (the default)"]
     assert sink.status == "FAIL" and "MISSING: WRITE on Topic 'in'" in sink.found
-    only = cluster.acl_checks(admin, CONF, {"topic": "in", "group": "g"}, {"in"}, 5.0,
-                             only=["lag"])
+    only = cluster.acl_checks(admin, CONF, {"topic": "in", "group": "g"}, 5.0, only=["lag"])
     assert [c.name for c in only] == ["ACLs of `python -m connectors lag` for User:alice"]
     lag = found["ACLs of `python -m connectors lag`"]
     assert lag.status == "ok" and "DESCRIBE on Group 'g'" in lag.found
@@ -193,10 +198,9 @@ def test_acls_held_missing_and_not_checkable() -> None:
     assert "User:alice" in source.name
 
 
-def test_a_topic_that_does_not_exist_is_not_described_nor_created() -> None:
-    admin = FakeAdmin({"g": {"READ", "DESCRIBE"}})
-    checks = cluster.acl_checks(admin, CONF, {"topic": "typo", "group": "g"}, {"other"}, 5.0)
-    assert "typo" not in admin.asked
+def test_a_topic_that_does_not_exist_is_named_so() -> None:
+    admin = FakeAdmin({"typo": _missing(), "g": {"READ", "DESCRIBE"}})
+    checks = cluster.acl_checks(admin, CONF, {"topic": "typo", "group": "g"}, 5.0)
     lag = next(c for c in checks if "lag" in c.name)
     assert "Topic 'typo': does not exist here (nothing was created)" in lag.found
     assert lag.status == "ok"  # the group part is held; the topic's cannot be told
@@ -206,7 +210,7 @@ def test_a_denied_describe_is_a_missing_acl_and_transactional_ids_are_named() ->
     admin = FakeAdmin({"out": _denied(), "eo-sink-s-w0": {"READ", "DESCRIBE"},
                        DEFAULT_FACTS_TOPIC: {"READ", "DESCRIBE"}})
     names = {"topic": "out", "sink_id": "s", "facts_topic": DEFAULT_FACTS_TOPIC}
-    checks = cluster.acl_checks(admin, CONF, names, {"out", DEFAULT_FACTS_TOPIC}, 5.0)
+    checks = cluster.acl_checks(admin, CONF, names, 5.0)
     txn = next(c for c in checks if "transactional=true" in c.name)
     assert txn.status == "FAIL"
     assert "WRITE on Topic 'out': denied (not even DESCRIBE)" in txn.found
@@ -220,12 +224,12 @@ def test_every_operation_granted_is_ok_for_every_role() -> None:
              "ALTER_CONFIGS"}
     names = {"topic": "t", "group": "g", "sink_id": "s", "facts_topic": "f"}
     admin = FakeAdmin({"t": every, "g": every, "eo-sink-s-w0": every, "f": every})
-    checks = cluster.acl_checks(admin, CONF, names, {"t", "f"}, 5.0)
+    checks = cluster.acl_checks(admin, CONF, names, 5.0)
     assert len(checks) == len(ROLES) and all(c.status == "ok" for c in checks), checks
 
 
 def test_without_names_it_says_what_each_role_needs() -> None:
-    (check,) = cluster.acl_checks(None, CONF, {}, set(), 5.0)
+    (check,) = cluster.acl_checks(None, CONF, {}, 5.0)
     assert check.status == "skip" and "lag: --group --topic" in check.todo
 
 
