@@ -170,9 +170,10 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
     deadline = began + timeout
     next_report = began + 5.0
     killed = False
-    # Until it plans a batch of its own, the child is starting: a JVM, a session, and on a
-    # restart the recovery from the checkpoint; say so instead of a silent wait.
+    # Until it plans a batch or a sink commits one, the child is starting: a JVM, a session,
+    # and on a restart the recovery from the checkpoint; say so instead of a silent wait.
     planned_before = last_batch(cfg["checkpoint"])
+    committed_before = sink_progress(cfg) if progress is not None else ""
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module
             _pipeline_cmd(cfg), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -191,10 +192,11 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
                     break
                 if progress is not None and time.monotonic() >= next_report:
                     next_report += 5.0
-                    state = (sink_progress(cfg) if planned != planned_before else
-                             "starting Spark (its JVM and session" + (
-                                 ", then the recovery from the checkpoint)" if planned_before
-                                 is not None else ", then the first batch's plan)"))
+                    state = sink_progress(cfg)
+                    if planned == planned_before and state == committed_before:
+                        state = "starting Spark (its JVM and session" + (
+                            ", then the recovery from the checkpoint)" if planned_before
+                            is not None else ", then the first batch's plan)")
                     progress(f"  {time.monotonic() - began:.0f}s: {state}")
                 time.sleep(0.05)
             proc.wait()
