@@ -70,7 +70,11 @@ def test_a_follower_stopped_mid_produce(cluster, cluster_topic, tmp_path, monkey
     ``acks=all`` appends wait until the leader drops it from the ISR (10 s here), or time out;
     partitions it leads move once it is fenced. Resumed after the task."""
     topic = cluster_topic(4)
-    s = sink(cluster.bootstrap, tmp_path, topic, variant)
+    # A stopped node still accepts connections: a client finds out only when its wait ends.
+    # Shorter waits than the defaults (30 s / 60 s), honoured by both paths, keep this test
+    # at about half a minute.
+    s = sink(cluster.bootstrap, tmp_path, topic, variant,
+             **{"request.timeout.ms": "8000", "socket.timeout.ms": "13000"})
     leader = cluster.leader(topic, 0)
     follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
     errors = run_task_with_fault(
