@@ -59,7 +59,6 @@ def bench_broker(cluster: bool = False) -> tuple[str, Any]:
             "log.segment.delete.delay.ms": "1000", "log.initial.task.delay.ms": "1000",
             "num.network.threads": "3", "num.io.threads": "4"}).start()
         REPLICAS["n"] = 3
-        nodes.stop = nodes.close  # type: ignore[method-assign]  # the callers' one verb
         return nodes.bootstrap, nodes
     # Dropped topics release their files within a second or two, not a minute (the delay and
     # the first run of the broker's delete task): the 1,000-partition runs make and drop a
@@ -68,6 +67,15 @@ def bench_broker(cluster: bool = False) -> tuple[str, Any]:
     broker = start_local_kafka(scratch_root=broker_data_root(), extra_properties={
         "log.segment.delete.delay.ms": "1000", "log.initial.task.delay.ms": "1000"})
     return broker.bootstrap, broker
+
+
+def stop_broker(broker: Any) -> None:
+    """Stop what :func:`bench_broker` started (nothing for an external one): a cluster's
+    ``close`` (its ``stop`` stops one node), a broker's ``stop``."""
+    if broker is None:
+        return
+    close = getattr(broker, "close", None)
+    (close if callable(close) else broker.stop)()
 
 
 #: Free memory the broker's data may take in /dev/shm (a 1,000-partition sink run writes

@@ -65,7 +65,14 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import REPLICAS, bench_broker, bench_spark, register_noop, run_noop  # noqa: E402
+from _common import (  # noqa: E402
+    REPLICAS,
+    bench_broker,
+    bench_spark,
+    register_noop,
+    run_noop,
+    stop_broker,
+)
 
 from connectors.demo.services.kafka import create_topic as _create_topic  # noqa: E402
 from connectors.kafka.sink import recovery  # noqa: E402
@@ -553,8 +560,7 @@ def main() -> None:
         }
         print("RESULT " + json.dumps(result), flush=True)
     finally:
-        if broker is not None:
-            broker.stop()
+        stop_broker(broker)
 
 
 if __name__ == "__main__":

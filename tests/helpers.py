@@ -523,3 +523,43 @@ class FakeGroupConsumer:
 
     def close(self) -> None:
         self.calls.append(("close",))
+
+
+#: Spark's ``spark.task.maxFailures``: attempts of one task before the job fails.
+SPARK_TASK_ATTEMPTS = 4
+
+
+def run_task_as_spark(sink: Any, batch_id: int, rows: Any, writer: int = 0) -> list[str]:
+    """Stage one task of ``sink`` as Spark does (a failed attempt is retried with the next
+    attempt number, up to :data:`SPARK_TASK_ATTEMPTS`), then commit the batch; the errors
+    of the failed attempts."""
+    from connectors.core.sink import TaskInfo
+
+    errors = []
+    for attempt in range(SPARK_TASK_ATTEMPTS):
+        try:
+            report = sink.stage(TaskInfo(batch_id, writer, attempt),
+                                iter(rows.to_batches(max_chunksize=10_000)))
+        except Exception as e:  # noqa: BLE001 - Spark retries any task failure
+            errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
+            if attempt == SPARK_TASK_ATTEMPTS - 1:
+                raise
+            continue
+        sink.commit(batch_id, [report])
+        return errors
+    raise AssertionError("unreachable")
+
+
+def assert_topic_exact(bootstrap: str, topic: str, tags: dict[str, int]) -> None:
+    """Every ``<tag>-<i:08d>`` value for ``i < n`` once in ``topic``, read
+    ``read_committed`` to the end of every partition (a hanging transaction fails the
+    read)."""
+    messages, _ = scan_topic(bootstrap, topic, isolation="read_committed", timeout=120)
+    counts = Counter(m.value() for m in messages)
+    expected = {f"{tag}-{i:08d}".encode() for tag, n in tags.items() for i in range(n)}
+    doubled = sum(c - 1 for c in counts.values() if c > 1)
+    missing = len(expected - set(counts))
+    stray = len(set(counts) - expected)
+    assert (doubled, missing, stray) == (0, 0, 0), (
+        f"{topic}: {len(messages)} records for {len(expected)} values: {doubled} doubled, "
+        f"{missing} missing, {stray} unexpected")

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.tcp_proxy import _hard_close
+from tests.tcp_proxy import TcpProxy, _hard_close
 
 PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, END_TXN = 0, 1, 3, 22, 26
 
@@ -145,29 +145,21 @@ class _Link:
             self.client.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
-        self.proxy.forget(self)
+        self.proxy.forget(self.client, self.upstream)
         _hard_close(self.client)
         _hard_close(self.upstream)
 
 
-class KafkaProxy:
-    """A proxy in front of one broker port; ``faults`` act on the requests passing."""
+class KafkaProxy(TcpProxy):
+    """A proxy in front of one broker port; ``faults`` act on the requests passing
+    (``drop_all`` and ``pause`` work as :class:`~tests.tcp_proxy.TcpProxy`'s)."""
 
     def __init__(self, target_port: int, listen_port: int = 0) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", listen_port))
-        self._listener.listen(128)
-        self.port = self._listener.getsockname()[1]
+        super().__init__(target_port, listen_port)
         self.faults: list[Fault] = []
-        self._links: set[_Link] = set()
-        self._lock = threading.Lock()
-        self._stopped = False
-        self.accepted = 0
 
     def start(self) -> KafkaProxy:
-        threading.Thread(target=self._accept_loop, daemon=True).start()
+        super().start()
         return self
 
     def add(self, fault: Fault) -> Fault:
@@ -187,48 +179,13 @@ class KafkaProxy:
                     return f
         return None
 
-    def _accept_loop(self) -> None:
-        while not self._stopped:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _hard_close(client)
-                continue
-            upstream.settimeout(None)
-            for s in (client, upstream):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = _Link(self, client, upstream)
-            with self._lock:
-                self._links.add(link)
-                self.accepted += 1
-            link.start()
-
-    def forget(self, link: _Link) -> None:
-        with self._lock:
-            self._links.discard(link)
-
-    def drop_all(self) -> int:
-        """Reset every open connection (a network blip); returns how many."""
-        with self._lock:
-            links = list(self._links)
-        for link in links:
-            link.close()
-        return len(links)
-
-    def stop(self) -> None:
-        self._stopped = True
-        _hard_close(self._listener)
-        self.drop_all()
+    def _serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        for s in (client, upstream):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _Link(self, client, upstream).start()
 
     def __enter__(self) -> KafkaProxy:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _read(sock: socket.socket, n: int) -> bytes | None:

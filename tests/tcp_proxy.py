@@ -52,8 +52,16 @@ class TcpProxy:
             self.accepted += 1
             with self._lock:
                 self._conns.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            self._serve(client, upstream)
+
+    def _serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Carry one accepted connection (a subclass may read what passes)."""
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def forget(self, *socks: socket.socket) -> None:
+        with self._lock:
+            self._conns.difference_update(socks)
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -25,11 +24,10 @@ from connectors.core.errors import FailpointError
 from connectors.core.sink import TaskInfo
 from connectors.demo.services.kafka import ApacheKafka, create_topic, free_port
 from connectors.kafka.sink import KafkaSink
-from tests.helpers import scan_topic
+from tests.helpers import assert_topic_exact, run_task_as_spark
 from tests.kafka_proxy import PRODUCE, Fault, KafkaProxy
 
 ROWS = 100_000
-MAX_ATTEMPTS = 4  # Spark's spark.task.maxFailures
 
 MODES = [
     pytest.param(False, False, id="recovery-keys-librdkafka"),
@@ -75,31 +73,8 @@ def _sink(bootstrap: str, tmp_path, topic: str, transactional: bool, wire: bool,
                      kafka_options=dict(kafka))
 
 
-def _run_task(sink: KafkaSink, batch_id: int, table: pa.Table, writer: int = 0) -> list[str]:
-    """Stage one task as Spark would (attempt after attempt), then commit; the errors of
-    the failed attempts."""
-    errors = []
-    for attempt in range(MAX_ATTEMPTS):
-        try:
-            report = sink.stage(TaskInfo(batch_id, writer, attempt),
-                                iter(table.to_batches(max_chunksize=10_000)))
-        except Exception as e:  # noqa: BLE001 - Spark retries any task failure
-            errors.append(f"attempt {attempt}: {e}")
-            if attempt == MAX_ATTEMPTS - 1:
-                raise
-            continue
-        sink.commit(batch_id, [report])
-        return errors
-    raise AssertionError("unreachable")
-
-
 def _assert_exact(bootstrap: str, topic: str, n: int = ROWS) -> None:
-    messages, _eof = scan_topic(bootstrap, topic, isolation="read_committed", timeout=120)
-    counts = Counter(m.value() for m in messages)
-    doubled = sum(c - 1 for c in counts.values() if c > 1)
-    missing = n - len(counts)
-    assert (len(messages), doubled, missing) == (n, 0, 0), (
-        f"{len(messages)} records for {n} values: {doubled} doubled, {missing} missing")
+    assert_topic_exact(bootstrap, topic, {"value": n})
 
 
 @pytest.mark.parametrize("transactional, wire", MODES)
@@ -113,7 +88,7 @@ def test_a_produce_held_past_the_request_timeout_is_not_written_twice(
     sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire,
                  **{"request.timeout.ms": "5000"})
     fault = proxy.add(Fault("hold", PRODUCE, min_size=50_000, seconds=12))
-    _run_task(sink, 0, _table())
+    run_task_as_spark(sink, 0, _table())
     assert fault.fired, "no Produce request was held"
     assert fault.settled(60), "the held request never reached the broker"
     _assert_exact(broker.bootstrap, topic)
@@ -130,7 +105,7 @@ def test_a_lost_produce_answer_is_not_written_twice(proxied, proxy, tmp_path,
     sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire,
                  **{"request.timeout.ms": "5000", "socket.timeout.ms": "10000"})
     fault = proxy.add(Fault("drop_answer", PRODUCE, min_size=50_000))
-    _run_task(sink, 0, _table())
+    run_task_as_spark(sink, 0, _table())
     assert fault.fired, "no Produce answer was dropped"
     _assert_exact(broker.bootstrap, topic)
 
@@ -146,7 +121,7 @@ def test_a_connection_reset_mid_produce_is_not_written_twice(proxied, proxy, tmp
     create_topic(broker.bootstrap, topic, 4)
     sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire)
     fault = proxy.add(Fault("reset", PRODUCE, min_size=50_000))
-    _run_task(sink, 0, _table())
+    run_task_as_spark(sink, 0, _table())
     assert fault.fired, "no Produce request was cut"
     _assert_exact(broker.bootstrap, topic)
 
@@ -161,7 +136,7 @@ def test_default_settings_a_produce_held_45s_is_not_written_twice(proxied, proxy
     create_topic(broker.bootstrap, topic, 4)
     sink = _sink(broker.bootstrap, tmp_path, topic, False, wire)
     fault = proxy.add(Fault("hold", PRODUCE, min_size=50_000, seconds=45))
-    _run_task(sink, 0, _table())
+    run_task_as_spark(sink, 0, _table())
     assert fault.fired
     assert fault.settled(90), "the held request never reached the broker"
     _assert_exact(broker.bootstrap, topic)
@@ -228,7 +203,7 @@ def test_every_broker_version_keeps_a_late_produce_once(versioned, tmp_path, cap
     sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire,
                  **{"request.timeout.ms": "5000"})
     fault = proxy.add(Fault("hold", PRODUCE, min_size=30_000, seconds=8))
-    _run_task(sink, 0, _table(40_000))
+    run_task_as_spark(sink, 0, _table(40_000))
     assert fault.fired and fault.settled(60)
     _assert_exact(broker.bootstrap, topic, 40_000)
     fell_back = "older than Kafka 3.6" in caplog.text

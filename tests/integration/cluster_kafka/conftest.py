@@ -13,7 +13,6 @@ import os
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,13 +20,11 @@ import pyarrow as pa
 import pytest
 
 from connectors.core import failpoints
-from connectors.core.sink import TaskInfo
 from connectors.demo.services.kafka_cluster import KafkaCluster
 from connectors.kafka.sink import KafkaSink
-from tests.helpers import announce, scan_topic, unavailable
+from tests.helpers import announce, run_task_as_spark, unavailable
 
 IDLE_MS = 5000
-MAX_ATTEMPTS = 4  # Spark's spark.task.maxFailures
 
 #: (transactional, wireProduce) of each sink variant, named for test ids.
 VARIANTS = {
@@ -98,28 +95,10 @@ def sink(bootstrap: str, tmp_path: Any, topic: str, variant: str, **kafka: str) 
                      kafka_options=dict(kafka))
 
 
-def run_task(s: KafkaSink, batch_id: int, rows: pa.Table, writer: int = 0) -> list[str]:
-    """Stage one task as Spark does (attempt after attempt, up to 4), then commit; the
-    errors of the failed attempts."""
-    errors = []
-    for attempt in range(MAX_ATTEMPTS):
-        try:
-            report = s.stage(TaskInfo(batch_id, writer, attempt),
-                             iter(rows.to_batches(max_chunksize=10_000)))
-        except Exception as e:  # noqa: BLE001 - Spark retries any task failure
-            errors.append(f"attempt {attempt}: {type(e).__name__}: {e}")
-            if attempt == MAX_ATTEMPTS - 1:
-                raise
-            continue
-        s.commit(batch_id, [report])
-        return errors
-    raise AssertionError("unreachable")
-
-
 def run_task_with_fault(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, point: str,
                         fault: Callable[[], None], s: KafkaSink, batch_id: int,
                         rows: pa.Table) -> list[str]:
-    """``run_task`` on a thread, held at the failpoint spec ``point`` (``...!pause``, once)
+    """``run_task_as_spark`` on a thread, held at the failpoint spec ``point`` (``...!pause``, once)
     while ``fault()`` runs; the attempts' errors."""
     pause_dir = tmp_path / f"pause-{uuid.uuid4().hex[:6]}"
     pause_dir.mkdir()
@@ -133,7 +112,7 @@ def run_task_with_fault(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, point: s
 
     def task() -> None:
         try:
-            out["errors"] = run_task(s, batch_id, rows)
+            out["errors"] = run_task_as_spark(s, batch_id, rows)
         except BaseException as e:  # noqa: BLE001 - reported by the caller
             out["error"] = e
 
@@ -155,17 +134,3 @@ def run_task_with_fault(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, point: s
     if "error" in out:
         raise out["error"]
     return list(out.get("errors", []))
-
-
-def assert_exact(bootstrap: str, topic: str, tags: dict[str, int]) -> None:
-    """Every ``<tag>-<i>`` value for ``i < n`` once, read ``read_committed`` to the end of
-    every partition (a hanging transaction fails the read)."""
-    messages, _ = scan_topic(bootstrap, topic, isolation="read_committed", timeout=120)
-    counts = Counter(m.value() for m in messages)
-    expected = {f"{tag}-{i:08d}".encode() for tag, n in tags.items() for i in range(n)}
-    doubled = sum(c - 1 for c in counts.values() if c > 1)
-    missing = len(expected - set(counts))
-    stray = len(set(counts) - expected)
-    assert (doubled, missing, stray) == (0, 0, 0), (
-        f"{topic}: {len(messages)} records for {len(expected)} values: {doubled} doubled, "
-        f"{missing} missing, {stray} unexpected")

@@ -15,10 +15,9 @@ import time
 import pytest
 
 from connectors.kafka.sink import producers
+from tests.helpers import assert_topic_exact, run_task_as_spark
 from tests.integration.cluster_kafka.conftest import (
     VARIANTS,
-    assert_exact,
-    run_task,
     run_task_with_fault,
     sink,
     table,
@@ -41,7 +40,7 @@ def test_the_leader_killed_mid_produce(cluster, cluster_topic, tmp_path, monkeyp
         monkeypatch, tmp_path, f"kafka_sink.mid_produce@0#{ROWS // 2}!pause",
         lambda: cluster.kill(victim, wait=False), s, 0, table(ROWS))
     cluster.restart(victim)
-    assert_exact(cluster.bootstrap, topic, {"v": ROWS})
+    assert_topic_exact(cluster.bootstrap, topic, {"v": ROWS})
     print(f"{variant}: node {victim} killed mid-produce; failed attempts: {errors}")
 
 
@@ -58,7 +57,7 @@ def test_the_transaction_coordinator_killed_before_end_txn(cluster, cluster_topi
         monkeypatch, tmp_path, "kafka_sink.after_flush@0!pause",
         lambda: cluster.kill(coordinator), s, 0, table(ROWS))
     cluster.restart(coordinator)
-    assert_exact(cluster.bootstrap, topic, {"v": ROWS})
+    assert_topic_exact(cluster.bootstrap, topic, {"v": ROWS})
     print(f"{variant}: coordinator node {coordinator} killed before EndTxn; failed attempts: "
           f"{errors}")
 
@@ -81,7 +80,7 @@ def test_a_follower_stopped_mid_produce(cluster, cluster_topic, tmp_path, monkey
         monkeypatch, tmp_path, f"kafka_sink.mid_produce@0#{ROWS // 3}!pause",
         lambda: cluster.pause(follower), s, 0, table(ROWS))
     cluster.resume(follower)
-    assert_exact(cluster.bootstrap, topic, {"v": ROWS})
+    assert_topic_exact(cluster.bootstrap, topic, {"v": ROWS})
     print(f"{variant}: node {follower} stopped mid-produce; failed attempts: {errors}")
 
 
@@ -91,8 +90,8 @@ def test_connections_the_broker_closed_while_idle(cluster, cluster_topic, tmp_pa
     transactional mode's fact client) meet closed connections at the next task."""
     topic = cluster_topic(4)
     s = sink(cluster.bootstrap, tmp_path, topic, variant)
-    errors = run_task(s, 0, table(5_000, "a"))
+    errors = run_task_as_spark(s, 0, table(5_000, "a"))
     time.sleep(7)
-    errors += run_task(s, 1, table(5_000, "b"))
-    assert_exact(cluster.bootstrap, topic, {"a": 5_000, "b": 5_000})
+    errors += run_task_as_spark(s, 1, table(5_000, "b"))
+    assert_topic_exact(cluster.bootstrap, topic, {"a": 5_000, "b": 5_000})
     assert not errors, errors  # a closed idle connection is no reason to fail a task

@@ -19,8 +19,8 @@ import time
 from collections import Counter
 
 from connectors.demo.services.kafka import produce_records
-from tests.helpers import REPO, scan_topic
-from tests.integration.cluster_kafka.conftest import VARIANTS, assert_exact
+from tests.helpers import REPO, assert_topic_exact, scan_topic
+from tests.integration.cluster_kafka.conftest import VARIANTS
 
 APP = "tests/integration/cluster_kafka/pipelines/fault_app.py"
 BEFORE, DURING = 12_000, 24_000
@@ -97,4 +97,4 @@ def test_queries_ride_through_node_kills_and_a_rolling_restart(cluster, cluster_
         log.close()
     assert "QUERY FAILED" not in output()
     for topic in sinks.values():
-        assert_exact(cluster.bootstrap, topic, {"v": BEFORE + DURING})
+        assert_topic_exact(cluster.bootstrap, topic, {"v": BEFORE + DURING})
