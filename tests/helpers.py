@@ -188,35 +188,50 @@ def scan_topic(
     bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 60.0
 ) -> tuple[list[Any], dict[int, int]]:
     """``(messages, eof_offsets)``: records to partition EOF and the offset EOF was hit at
-    per partition (the true end, counting transaction markers)."""
+    per partition (the true end, counting transaction markers).
+
+    ``read_committed`` ends a partition only where its EOF reaches the high watermark the
+    partition had when the read began: ``EndTxn`` is answered once the coordinator logged
+    the commit, before it writes the markers, so right after a commit a ``read_committed``
+    EOF can still stand at the last stable offset, short of the committed records (CI saw
+    20,004 of 100,000 unread that way). A transaction left open never reaches it: the read
+    times out."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "auto.offset.reset": "earliest",
-        }
-    )
+    def consumer_of(level: str) -> Any:
+        return Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.time_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": level, "auto.offset.reset": "earliest"})
+
+    consumer = consumer_of(isolation)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         parts = sorted(meta.partitions)
+        ends = {p: 0 for p in parts}
+        if isolation == "read_committed":
+            # The watermark query speaks the consumer's isolation level: ask uncommitted.
+            probe = consumer_of("read_uncommitted")
+            try:
+                ends = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
+                                                       cached=False)[1] for p in parts}
+            finally:
+                probe.close()
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         done: dict[int, int] = {}
         out: list[Any] = []
         deadline = time.monotonic() + timeout
         while len(done) < len(parts):
             if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic} to EOF timed out; {len(out)} read")
+                short = {p: (done.get(p), ends[p]) for p in parts if p not in done}
+                raise AssertionError(f"reading {topic} to EOF timed out; {len(out)} read; "
+                                     f"partitions short of their end (eof, end): {short}")
             for m in consumer.consume(10000, 0.5):
                 err = m.error()
                 if err is None:
                     out.append(m)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    done[m.partition()] = m.offset()
+                    if m.offset() >= ends[m.partition()]:
+                        done[m.partition()] = m.offset()
                 else:
                     raise AssertionError(f"reading {topic}: {err}")
         return out, done
