@@ -35,6 +35,12 @@ def kafka_settings(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+#: How long lag waits for a stable answer (``lookup.stable_committed``) where the plain one
+#: had no offset: long enough for a coordinator's new leader to catch up, short enough not to
+#: hang on a transaction that holds one of the group's offsets.
+STABLE_WAIT = 5.0
+
+
 def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Committed offsets of ``--group`` against the partitions' ends, read without changing
     anything (``kafka/lookup``: no admin ListConsumerGroupOffsets, no topic created)."""
@@ -77,6 +83,12 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         offsets: dict[tuple[str, int], int] = named(
             lambda: lookup.committed(group, tps, args.timeout), "GROUP",
             f"OffsetFetch of group {args.group!r}")
+        missing = [tp for tp in tps if tp not in offsets]
+        if missing:  # the plain answer may be older than the group's commits (stable_committed)
+            offsets.update(named(
+                lambda: lookup.stable_committed(conf, args.group, missing,
+                                                min(args.timeout, STABLE_WAIT)),
+                "GROUP", f"OffsetFetch of group {args.group!r}"))
         if not offsets:
             where = (f"topic {args.topic!r}" if args.topic else
                      f"any of the {len(topics)} topics this principal may describe")

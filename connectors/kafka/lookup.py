@@ -77,8 +77,9 @@ def consumer(conf: Mapping[str, Any], group: str = LOOKUP_GROUP,
         raise ConnectorError(f"Kafka client settings (--kafka, --kafka-config): {e}") from None
 
 
-def ask(call: Callable[[], T], what: str, timeout: float) -> T:
-    """``call()``, asked again on transient Kafka errors for up to ``timeout`` seconds;
+def ask(call: Callable[[], T], what: str, timeout: float,
+        transient: Callable[[BaseException], bool] = is_transient) -> T:
+    """``call()``, asked again on ``transient`` Kafka errors for up to ``timeout`` seconds;
     :class:`LookupFailed` otherwise."""
 
     def give_up(e: Exception, attempts: int, transient: bool) -> Exception:
@@ -88,7 +89,7 @@ def ask(call: Callable[[], T], what: str, timeout: float) -> T:
         log.info("%s: transient error (attempt %d), asking again in %.2fs: %s", what, attempt,
                  pause, e)
 
-    return retry_until(call, timeout=timeout, transient=is_transient, give_up=give_up,
+    return retry_until(call, timeout=timeout, transient=transient, give_up=give_up,
                        on_retry=on_retry, max_backoff=1.0)
 
 
@@ -173,6 +174,32 @@ def committed(client: Any, partitions: Iterable[tuple[str, int]],
     return ask(fetch, f"committed offsets of {len(wanted)} partition(s)", timeout)
 
 
+def stable_committed(conf: Mapping[str, Any], group: str,
+                     partitions: Iterable[tuple[str, int]],
+                     timeout: float) -> dict[tuple[str, int], int]:
+    """:func:`committed` asked with ``require_stable`` (a ``read_committed`` consumer of
+    ``group``), for partitions a plain OffsetFetch found no offset for; ``{}`` when it has
+    no answer within ``timeout``.
+
+    Kafka 4's group coordinator answers a plain OffsetFetch from the group's state as of its
+    partition's high watermark. Right after the coordinator moved, the new leader's high
+    watermark can still stand before commits the old leader acknowledged, so the answer is
+    briefly older than they are: in the cluster tier, "no committed offsets" for a group
+    that had them. A stable fetch is served as a write and waits for that state. It also
+    waits on a transaction holding one of the offsets, hence the bound."""
+    client = consumer(conf, group, isolation="read_committed")
+    try:
+        return committed(client, partitions, timeout)
+    except LookupFailed as e:
+        if not e.transient:
+            raise
+        log.info("committed offsets of group %r with require_stable: no answer within %.0fs "
+                 "(%s); the plain answer stands", group, timeout, e.cause)
+        return {}
+    finally:
+        client.close()
+
+
 def _queued_error(client: Any) -> Exception | None:
     """An error the consumer's group handle queued that no retry cures (a denied
     FindCoordinator), if there is one."""
@@ -199,8 +226,17 @@ def ends(client: Any, partitions: Iterable[tuple[str, int]],
         def end(tp: Any = tp) -> int:
             return int(client.get_watermark_offsets(tp, timeout=_left(deadline))[1])
 
-        out[(t, p)] = ask(end, f"end of {t}[{p}]", max(0.1, deadline - time.monotonic()))
+        out[(t, p)] = ask(end, f"end of {t}[{p}]", max(0.1, deadline - time.monotonic()),
+                          transient=_transient_for_a_known_partition)
     return out
+
+
+def _transient_for_a_known_partition(exc: BaseException) -> bool:
+    """:func:`is_transient`, and librdkafka's local ``_UNKNOWN_PARTITION``: asked about a
+    partition the caller has just seen in metadata, librdkafka answers it while the leader
+    moves (a node stopped, in the cluster tier)."""
+    err = kafka_error(exc)
+    return is_transient(exc) or (err is not None and str(err.name()) == "_UNKNOWN_PARTITION")
 
 
 def error_name(exc: BaseException) -> str | None:

@@ -97,7 +97,8 @@ def fakes(monkeypatch: Any) -> SimpleNamespace:
 
     def consumer(conf: Any, group: str = lookup.LOOKUP_GROUP, isolation: str = "") -> Any:
         fake = FakeGroupConsumer({"t": 2, "u": 1}, offsets, {("t", 0): 10, ("t", 1): 4})
-        made[group] = fake
+        stable = isolation == "read_committed" and group != lookup.LOOKUP_GROUP
+        made[f"{group}/stable" if stable else group] = fake
         return fake
 
     def no_admin(*_a: Any, **_k: Any) -> Any:
@@ -138,6 +139,10 @@ def test_lag_shows_only_committed_partitions(fakes: Any, capsys: Any) -> None:
     group = fakes.consumers["g"].calls
     assert [c[:2] for c in group if c[0] == "committed"] == [("committed", 3)]
     assert not any(c[0] == "end" for c in group)
+    # the partition the plain answer had no offset for is asked again stably, once
+    stable = fakes.consumers["g/stable"].calls
+    assert [c[:2] for c in stable if c[0] == "committed"] == [("committed", 1)]
+    assert stable[-1] == ("close",)
 
 
 def test_lag_names_the_group_acl_when_its_coordinator_is_denied(fakes: Any, capsys: Any,

@@ -63,6 +63,12 @@ class Clusters:
 
             conf: dict[str, Any] = dict(cluster.reader_conf(self.opts.group_id))
             conf["group.id"] = self.opts.group_id
+            # read_committed makes its OffsetFetch ask with require_stable, whatever the
+            # source reads: a plain one, right after the group's coordinator moved, can answer
+            # older state than the group's commits (lookup.stable_committed), and
+            # startingOffsets=group would start over at earliest. The group's own commits
+            # are never transactional, so nothing holds a stable fetch.
+            conf["isolation.level"] = "read_committed"
             conf["logger"] = LIBRDKAFKA_LOG
             client = Consumer(conf)
             self._committers[cluster.name] = client
