@@ -47,18 +47,8 @@ def _files_sink(options: dict[str, str], schema: pa.Schema) -> BatchSink:
 
 def _kafka_sink(options: dict[str, str], schema: pa.Schema) -> BatchSink:
     from connectors.kafka.sink import KafkaSink
-    from connectors.kafka.sink.format_options import parse_formats, split
 
-    own, format_options = split(options)
-    formats = parse_formats(format_options)
-    if formats is None:
-        return KafkaSink.from_options(own, schema)
-    from connectors.kafka.registry.encoding_sink import EncodingSink
-    from connectors.kafka.registry.sink_formats import encoded_schema, resolve
-
-    # the writer schemas first (the driver, before any task): the sink sees framed bytes
-    formats = resolve(formats, schema, own.get("topic"))
-    return EncodingSink(KafkaSink.from_options(own, encoded_schema(schema, formats)), formats)
+    return KafkaSink.from_options(options, schema)
 
 
 class _SinkDataSource(DataSource):

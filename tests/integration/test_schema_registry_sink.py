@@ -114,6 +114,29 @@ def test_use_latest_version_writes_with_the_registered_schema(
     assert sorted(r["id"] for r in _deserialize(registry_url, topic, messages)) == [0, 1, 2, 3]
 
 
+def test_the_python_constructor_writes_avro_once_per_batch_in_both_modes(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    """``KafkaSink(..., value_format="avro")`` as a foreachBatch writer: the batch written
+    twice (a replay) is in the topic once, in both delivery modes, and reads back with
+    confluent-kafka's deserializer."""
+    from connectors.kafka.sink import KafkaSink
+
+    for transactional in (False, True):
+        topic = new_topic(partitions=2)
+        sink = KafkaSink(f"py-{uuid.uuid4().hex[:8]}", str(tmp_path / f"wal-{topic}"),
+                         bootstrap_servers=kafka_bootstrap, topic=topic,
+                         transactional=transactional, value_format="avro",
+                         auto_register=True, schema_registry={"url": registry_url})
+        df = _df(spark, 40)
+        sink.write(df, 0)
+        sink.write(df, 0)  # a replay of batch 0: nothing again
+        messages = read_topic(kafka_bootstrap, topic)
+        assert len(messages) == 40, transactional
+        assert sorted(r["id"] for r in _deserialize(registry_url, topic, messages)) == list(
+            range(40))
+
+
 def test_bad_sink_format_options_name_the_option(spark: Any, kafka_bootstrap: str,
                                                   new_topic: Any, registry_url: str,
                                                   tmp_path: Any) -> None:

@@ -268,6 +268,35 @@ def test_sink_format_options() -> None:
         _sink_formats(valueFormat="avro", **{"schemaRegistry.uri": "x"}, **URL)
 
 
+def test_the_sink_constructor_takes_the_formats_by_argument_name(tmp_path: Any) -> None:
+    from connectors.core.errors import UnknownArgumentError
+    from connectors.kafka.sink import KafkaSink
+
+    def sink(**extra: Any) -> Any:
+        return KafkaSink("s", str(tmp_path / "wal"), bootstrap_servers="b:1", topic="t",
+                         **extra)
+
+    assert sink().formats is None
+    f = sink(value_format="avro", auto_register=True,
+             schema_registry={"url": "http://r:8081", "basic.auth.user.info": "u:hunter22"}
+             ).formats
+    assert f is not None and f.auto_register and [c.column for c in f.columns] == ["value"]
+    assert "hunter22" not in repr(f) + repr(sink(value_format="avro", schema_registry={
+        "url": "http://r:8081", "basic.auth.user.info": "u:hunter22"}))
+    # errors name the Python arguments
+    with pytest.raises(OptionError, match=r"'schema_registry\.url' is required"):
+        sink(value_format="avro")
+    with pytest.raises(OptionError, match=r"schema_registry\['url'\].*neither key_format nor "
+                                          r"value_format"):
+        sink(schema_registry={"url": "http://r:8081"})
+    with pytest.raises(OptionError, match="'auto_register' cannot be used together with "
+                                          "use_latest_version"):
+        sink(value_format="avro", schema_registry={"url": "http://r:8081"},
+             auto_register=True, use_latest_version=True)
+    with pytest.raises(UnknownArgumentError, match="did you mean 'value_format'"):
+        sink(value_fromat="avro")
+
+
 def test_sink_docs_table_is_generated_from_the_declaration() -> None:
     from connectors.kafka.sink.format_options import SINK_FORMAT_OPTIONS
 

@@ -82,9 +82,12 @@ def parse(values: Mapping[str, Any], names: Mapping[str, str]) -> SinkFormats | 
     registry = values["schemaRegistry."] or {}
     if not columns:
         if registry:
-            raise option_error(FAMILY, "schemaRegistry." + next(iter(registry)),
-                               "is set but neither keyFormat nor valueFormat needs a registry",
-                               "set valueFormat=avro (or keyFormat), or remove schemaRegistry.*")
+            reg, key, value = names["schemaRegistry."], names["keyFormat"], names["valueFormat"]
+            first = next(iter(registry))
+            raise option_error(FAMILY, f"{reg}{first}" if reg.endswith(".") else
+                               f"{reg}[{first!r}]",
+                               f"is set but neither {key} nor {value} needs a registry",
+                               f"set {value}=avro (or {key}), or remove {reg}")
         return None
     if values["autoRegister"] and values["useLatestVersion"]:
         raise option_error(FAMILY, names["autoRegister"],
@@ -93,7 +96,9 @@ def parse(values: Mapping[str, Any], names: Mapping[str, str]) -> SinkFormats | 
                            "the DataFrame's own (autoRegister), not both")
     chosen = str(values["subjectNameStrategy"]).lower()
     strategy = next(s for s in STRATEGIES if s.lower() == chosen)
-    return SinkFormats(RegistrySpec.parse(FAMILY, registry), tuple(columns), strategy,
+    reg = names["schemaRegistry."]  # the Python argument schema_registry: its keys as reg.key
+    return SinkFormats(RegistrySpec.parse(FAMILY, registry, reg if reg.endswith(".")
+                                          else f"{reg}."), tuple(columns), strategy,
                        bool(values["autoRegister"]), bool(values["useLatestVersion"]),
                        values["avroRecordName"], values["avroRecordNamespace"] or "")
 
@@ -212,7 +217,8 @@ def _lookup_or_register(client: Any, subject: str, schema_text: str, formats: Si
         raise KafkaSinkError(
             f"eo_kafka: the {column} schema of the DataFrame is not registered under subject "
             f"{subject!r} (autoRegister=false): register it, set autoRegister=true, or "
-            f"useLatestVersion=true to write with the subject's latest schema. The schema: "
+            f"useLatestVersion=true to write with the subject's latest schema (in Python: "
+            f"auto_register=True, use_latest_version=True). The schema: "
             f"{schema_text[:500]}")
     return int(doc["id"])
 

@@ -1,8 +1,9 @@
 """The Schema Registry options of the ``eo_kafka`` sink, declared once
-(docs/schema-registry.md derives its table from :data:`SINK_FORMAT_OPTIONS`). A module of
-their own beside :mod:`connectors.kafka.sink.options`: the Spark adapter takes them off the
-options before the sink parses the rest, and wraps the sink in
-:class:`~connectors.kafka.registry.encoding_sink.EncodingSink`, which encodes the columns.
+(docs/schema-registry.md derives its table from :data:`SINK_FORMAT_OPTIONS`). A table of
+their own beside :mod:`connectors.kafka.sink.options`: :class:`~connectors.kafka.sink.KafkaSink`
+takes them off (:func:`split` for Spark's options, by argument name for the constructor's)
+before its own options are parsed, and encodes the formatted columns before its delivery
+mode sees them (:mod:`connectors.kafka.registry.sink_formats`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from connectors.core.declared import BOOLEAN, CHOICE, PREFIXED, STRING, Opt, read_option
+from connectors.core.declared import (
+    BOOLEAN,
+    CHOICE,
+    PREFIXED,
+    STRING,
+    Opt,
+    python_values,
+    read_option,
+)
 from connectors.core.options import OptionReader
 from connectors.kafka.common import FAMILY
 from connectors.kafka.registry import sink_formats
@@ -73,3 +82,10 @@ def parse_formats(options: Mapping[str, Any]) -> sink_formats.SinkFormats | None
     values = {k: v for k, (_, v) in read.items()}
     names = {k: n for k, (n, _) in read.items()}  # as declared: Spark lower-cases keys
     return sink_formats.parse(values, names)
+
+
+def python_formats(arguments: Mapping[str, Any]) -> sink_formats.SinkFormats | None:
+    """The sink's formats from the constructor's format arguments (``value_format=...``)."""
+    v = python_values(SINK_FORMAT_OPTIONS, arguments, FAMILY, "KafkaSink")
+    return sink_formats.parse({o.spark: v[o.arg] for o in SINK_FORMAT_OPTIONS},
+                              {o.spark: v.name(o.arg) for o in SINK_FORMAT_OPTIONS})

@@ -30,7 +30,10 @@ from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
 from connectors.kafka.common import FAMILY
-from connectors.kafka.sink import recovery, targets
+from connectors.kafka.registry import sink_formats
+from connectors.kafka.registry.sink_formats import SinkFormats
+from connectors.kafka.sink import format_options, recovery, targets
+from connectors.kafka.sink.format_options import SINK_FORMAT_OPTIONS
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS, KafkaSinkOptions
 from connectors.kafka.sink.ordering import deterministic_order  # noqa: F401
 from connectors.kafka.sink.producers import (  # noqa: F401 - public names of this module
@@ -105,11 +108,18 @@ class KafkaSink(BatchSink):
     As a ``foreachBatch`` callable (``writeStream.foreachBatch(sink)``) or through
     ``sink.write(df, batch_id)``, the batch id must be stable on replay (Spark's batchId or a
     ``KafkaWindows`` window id).
+
+    Schema Registry formats (``value_format="avro"``, ``schema_registry={"url": ...}``;
+    ``SINK_FORMAT_OPTIONS``, docs/schema-registry.md): the driver resolves each formatted
+    column's subject and writer schema id before any task runs (:meth:`check_schema`);
+    each task encodes the column into the Confluent wire format before the delivery mode
+    sees the rows, so a retried batch writes the same bytes.
     """
 
     family = FAMILY
+    formats: SinkFormats | None
 
-    @checked_arguments(KAFKA_SINK_OPTIONS)
+    @checked_arguments(KAFKA_SINK_OPTIONS + SINK_FORMAT_OPTIONS)
     def __init__(
         self,
         sink_id: str,
@@ -132,19 +142,39 @@ class KafkaSink(BatchSink):
         batch_produce: bool = True,
         wire_produce: bool = True,
         storage_options: Mapping[str, Any] | None = None,
+        value_format: str = "binary",
+        value_subject: str | None = None,
+        key_format: str = "binary",
+        key_subject: str | None = None,
+        subject_name_strategy: str = "TopicNameStrategy",
+        auto_register: bool = False,
+        use_latest_version: bool = False,
+        avro_record_name: str = "topLevelRecord",
+        avro_record_namespace: str = "",
+        schema_registry: Mapping[str, Any] | None = None,
     ) -> None:
         """The arguments are the DataSource's options in snake_case (``KAFKA_SINK_OPTIONS``,
-        the table in docs/kafka-sink.md); durations in seconds (or strings such as
-        ``"30s"``); ``kafka_options`` are librdkafka settings without ``kafka.``."""
-        self._init(KafkaSinkOptions.create(**given(locals())))
+        the table in docs/kafka-sink.md, and ``SINK_FORMAT_OPTIONS``, the table in
+        docs/schema-registry.md); durations in seconds (or strings such as ``"30s"``);
+        ``kafka_options`` are librdkafka settings without ``kafka.``, ``schema_registry``
+        the registry's settings without ``schemaRegistry.``."""
+        arguments = given(locals())
+        formats = {o.arg: arguments.pop(o.arg) for o in SINK_FORMAT_OPTIONS}
+        self._init(KafkaSinkOptions.create(**arguments))
+        self.formats = format_options.python_formats(formats)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: pa.Schema | None = None) -> KafkaSink:
-        """Build the sink from Spark's string options (``writeStream.format("eo_kafka")``)."""
-        return cls.from_parsed(KafkaSinkOptions.from_options(options))
+        """Build the sink from Spark's string options (``writeStream.format("eo_kafka")``);
+        the format options are taken off first (``format_options.split``)."""
+        own, formats = format_options.split(options)
+        sink = cls.from_parsed(KafkaSinkOptions.from_options(own))
+        sink.formats = format_options.parse_formats(formats)
+        return sink
 
     def _init(self, options: KafkaSinkOptions) -> None:
         self.options = options  # also read as attributes: sink.sink_id, sink.topic, ...
+        self.formats = None
         self._wal: SinkState | None = None
         self._identity_checked = False
         self._cluster_checked = False
@@ -183,6 +213,12 @@ class KafkaSink(BatchSink):
         return self._state().commit_info(batch_id)
 
     def check_schema(self, schema: pa.Schema) -> None:
+        if self.formats is not None:
+            # The writer schemas and ids, on the driver before any task (once: ids never
+            # change); the tasks see the encoded columns.
+            if not all(c.schema is not None for c in self.formats.columns):
+                self.formats = sink_formats.resolve(self.formats, schema, self.topic)
+            schema = sink_formats.encoded_schema(schema, self.formats)
         check_columns(schema, self.topic)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
         key = (self.wal_path, self.options.storage, self.sink_id)
@@ -226,7 +262,11 @@ class KafkaSink(BatchSink):
 
     # -- the protocol -----------------------------------------------------------------------
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> TaskReport:
-        """1.-3. Executor: one task attempt, in the delivery mode the options choose."""
+        """1.-3. Executor: one task attempt, in the delivery mode the options choose (the
+        formatted columns encoded first)."""
+        if self.formats is not None:
+            encoders = {c.column: sink_formats.AvroEncoder(c) for c in self.formats.columns}
+            batches = (sink_formats.encode_batch(b, encoders) for b in batches)
         return writer_for(self.options, self._state(), task).write(batches)
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
