@@ -41,6 +41,12 @@ WORDS = (
 ).split()
 
 
+FORMATS = ("text", "avro")
+#: The input topic's value schema with ``--format avro`` (subject ``<topic>-value``).
+LINE_SCHEMA = json.dumps({"type": "record", "name": "Line", "namespace": "eo.demo",
+                          "fields": [{"name": "line", "type": "string"}]})
+
+
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     p.add_argument("--db-url", help="SQLAlchemy URL for the JDBC sink (default: SQLite file)")
@@ -65,6 +71,14 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--naive-jdbc", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds per pipeline run (default: %(default)g)")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="the topics' records: 'text' (lines in, JSON counts out) or 'avro' "
+                   "(Avro in the Confluent wire format with a Schema Registry: lines written "
+                   "by confluent-kafka's AvroSerializer, read into a typed column, counts "
+                   "written as Avro records; default: %(default)s)")
+    p.add_argument("--schema-registry", default=None, metavar="URL",
+                   help="with --format avro: use this Confluent-compatible registry instead of "
+                   "starting a local one (Apicurio, built once from Maven Central)")
 
 
 @dataclass
@@ -103,20 +117,36 @@ def _progress(done: int, total: int, before: int, width: int = 30) -> None:
 
 
 def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
-                  rng: random.Random) -> Counter[str]:
+                  rng: random.Random, registry_url: str | None = None) -> Counter[str]:
+    """Produce ``lines`` random lines of words; their true word counts. With
+    ``registry_url``: each line an Avro record :data:`LINE_SCHEMA`, serialized by
+    confluent-kafka's ``AvroSerializer`` (which registers the schema under
+    ``<topic>-value``)."""
     from connectors.demo.services.kafka import produce_records
 
+    encode = _avro_serializer(registry_url, topic) if registry_url else (
+        lambda text: text.encode())
     truth: Counter[str] = Counter()
     records = []
     for i in range(lines):
         words = [rng.choice(WORDS) for _ in range(rng.randint(1, 8))]
         truth.update(words)
-        records.append((str(i).encode(), " ".join(words).encode(), i % partitions))
+        records.append((str(i).encode(), encode(" ".join(words)), i % partitions))
     chunk = max(1, lines // 20)
     for start in range(0, lines, chunk):
         produce_records(bootstrap, topic, records[start:start + chunk])
         _progress(min(start + chunk, lines), lines, start)
     return truth
+
+
+def _avro_serializer(registry_url: str, topic: str) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), LINE_SCHEMA)
+    context = SerializationContext(topic, MessageField.VALUE)
+    return lambda text: serializer({"line": text}, context)
 
 
 def _pipeline_cmd(cfg: dict[str, Any]) -> list[str]:
@@ -232,9 +262,19 @@ def run_demo(args: argparse.Namespace) -> int:
     os.makedirs(workdir, exist_ok=True)
     started = time.monotonic()
     broker = None
+    registry = None
     stop_broker: str | None = None
     quiet = args.json
     say = (lambda *a: None) if quiet else print
+    if args.schema_registry and args.format != "avro":
+        raise ConnectorError("demo: --schema-registry is for --format avro; add --format avro "
+                             "or leave it out")
+    if args.format == "avro":
+        try:
+            from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: F401
+        except ImportError as e:
+            raise ConnectorError(f"demo --format avro needs fastavro and confluent-kafka's "
+                                 f"Avro support ({e}): pip install -e '.[demo]'") from None
     try:
         if args.bootstrap:
             bootstrap = args.bootstrap
@@ -250,6 +290,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 stop_broker = f"kill -TERM -- -{pid}"
             kind = "tansu (fallback)" if broker.version == "tansu" else "Apache Kafka"
             say(f"  {kind} {broker.version} on {bootstrap} ({time.monotonic() - began:.0f}s)")
+        registry_url = None
+        if args.format == "avro":
+            registry_url, registry = _registry(args, workdir, say)
         # The seed fixes the data and the kill times; the token keeps a rerun with the same
         # seed against the same broker and database from meeting the last run's topics,
         # table and sink state.
@@ -266,12 +309,18 @@ def run_demo(args: argparse.Namespace) -> int:
             "sink_id": f"demo-{tag}",
             "batch_size": args.batch_size,
             "naive_jdbc": bool(args.naive_jdbc),
+            "format": args.format,
+            "registry_url": registry_url,
         }
         create_topic(bootstrap, cfg["in_topic"], 4)
         create_topic(bootstrap, cfg["out_topic"], 2)
-        say(f"producing {args.lines} lines to {cfg['in_topic']} (seed {seed})")
-        truth = (produce_lines(bootstrap, cfg["in_topic"], args.lines, 4, rng) if not quiet
-                 else _quiet_produce(bootstrap, cfg["in_topic"], args.lines, rng))
+        say(f"producing {args.lines} lines to {cfg['in_topic']} (seed {seed})"
+            + (" as Avro records, schema registered under "
+               f"{cfg['in_topic']}-value by confluent-kafka's AvroSerializer"
+               if registry_url else ""))
+        truth = (produce_lines(bootstrap, cfg["in_topic"], args.lines, 4, rng, registry_url)
+                 if not quiet else
+                 _quiet_produce(bootstrap, cfg["in_topic"], args.lines, rng, registry_url))
         log_path = os.path.join(workdir, "pipeline.log")
         say(f"the pipeline runs Spark in a child process (its log: {log_path}); every 5 s "
             "it says what each sink has committed")
@@ -315,6 +364,7 @@ def run_demo(args: argparse.Namespace) -> int:
         report = {
             "ok": ok,
             "seed": seed,
+            "format": args.format,
             "sink_id": cfg["sink_id"],
             "lines_in": args.lines,
             "words_in": sum(truth.values()),
@@ -339,6 +389,8 @@ def run_demo(args: argparse.Namespace) -> int:
             print_inspect(commands, broker_up)
         return 0 if ok else 1
     finally:
+        if registry is not None:
+            registry.stop()
         if broker is not None and not args.keep_broker:
             broker.stop()
         elif broker is not None and not quiet:
@@ -349,6 +401,21 @@ def run_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         elif not quiet:
             print(f"work directory kept: {workdir}")
+
+
+def _registry(args: argparse.Namespace, workdir: str, say: Any) -> tuple[str, Any]:
+    """``(its URL, the LocalRegistry to stop or None)``: ``--schema-registry``, else a local
+    Apicurio registry (built from Maven Central on a first run, then cached)."""
+    from connectors.demo.services import registry
+
+    if args.schema_registry:
+        return args.schema_registry.rstrip("/"), None
+    say("starting a local Schema Registry (Apicurio; a first run builds it from Maven Central, "
+        "a few minutes)...")
+    began = time.monotonic()
+    local = registry.LocalRegistry(workdir=os.path.join(workdir, "registry")).start()
+    say(f"  Apicurio Registry {local.version} at {local.url} ({time.monotonic() - began:.0f}s)")
+    return local.url, local
 
 
 def _resolve_broker_jars(say: Any) -> None:
@@ -403,12 +470,13 @@ def print_inspect(commands: list[tuple[str, str]], broker_up: bool) -> None:
               "--bootstrap at a broker of your own)")
 
 
-def _quiet_produce(bootstrap: str, topic: str, lines: int, rng: random.Random) -> Counter[str]:
+def _quiet_produce(bootstrap: str, topic: str, lines: int, rng: random.Random,
+                   registry_url: str | None) -> Counter[str]:
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        return produce_lines(bootstrap, topic, lines, 4, rng)
+        return produce_lines(bootstrap, topic, lines, 4, rng, registry_url)
 
 
 def print_report(report: dict[str, Any], checks: list[SinkCheck]) -> None:
@@ -416,7 +484,8 @@ def print_report(report: dict[str, Any], checks: list[SinkCheck]) -> None:
     batches = [c["batch"] for c in report["crashes"] if c["killed"]]
     print()
     print("=" * 72)
-    print(f"exactly-once demo: {report['lines_in']} lines, {report['words_in']} words "
+    print(f"exactly-once demo ({report['format']}): {report['lines_in']} lines, "
+          f"{report['words_in']} words "
           f"({report['distinct_words']} distinct), {kills} SIGKILL(s) "
           f"at batch(es) {batches or '-'}, {report['seconds']}s")
     print("-" * 72)

@@ -28,11 +28,18 @@ def build_sinks(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
         create_table=True,
         retry_timeout=float(cfg.get("jdbc_retry_timeout", 30.0)),
     )
+    avro: dict[str, Any] = {}
+    if cfg.get("format") == "avro":
+        # each count an Avro record (word, count) in the Confluent wire format; the schema
+        # of the column's type registered under <out_topic>-value on the first batch
+        avro = {"value_format": "avro", "auto_register": True,
+                "schema_registry": {"url": cfg["registry_url"]}}
     kafka = KafkaSink(
         bootstrap_servers=cfg["bootstrap"],
         topic=cfg["out_topic"],
         sink_id=cfg["sink_id"],
         wal_path=cfg["wal"] + "/kafka-sink",
+        **avro,
     )
     files = FileSink(path=cfg["files"], format="parquet", sink_id=cfg["sink_id"])
     return jdbc, kafka, files
@@ -81,7 +88,7 @@ def main(cfg: dict[str, Any]) -> None:
     connectors.register(spark)
     jdbc, kafka, files = build_sinks(cfg)
 
-    lines = (
+    reader = (
         spark.readStream.format("eo_kafka")
         .option("kafka.bootstrap.servers", cfg["bootstrap"])
         .option("subscribe", cfg["in_topic"])
@@ -89,9 +96,14 @@ def main(cfg: dict[str, Any]) -> None:
         .option("maxOffsetsPerTrigger", str(cfg["batch_size"]))
         .option("walPath", cfg["wal"] + "/source")
         .option("kafka.group.id", cfg["sink_id"])
-        .load()
     )
-    words = lines.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"))
+    avro = cfg.get("format") == "avro"
+    if avro:  # value: struct<line: string>, decoded with the registry's schema
+        reader = (reader.option("valueFormat", "avro")
+                  .option("schemaRegistry.url", cfg["registry_url"]))
+    lines = reader.load()
+    text = F.col("value.line") if avro else F.col("value").cast("string")
+    words = lines.select(F.explode(F.split(text, " ")).alias("word"))
 
     def per_batch(df: Any, batch_id: int) -> None:
         counts = df.groupBy("word").agg(F.count(F.lit(1)).alias("count")).persist()
@@ -100,11 +112,10 @@ def main(cfg: dict[str, Any]) -> None:
                 naive_accumulate(cfg, [(r.word, r["count"]) for r in counts.collect()], batch_id)
             else:
                 jdbc.write(counts, batch_id)
+            value = F.struct("word", "count") if avro else F.to_json(
+                F.struct("word", "count")).cast("binary")
             kafka.write(
-                counts.select(
-                    F.col("word").cast("binary").alias("key"),
-                    F.to_json(F.struct("word", "count")).cast("binary").alias("value"),
-                ),
+                counts.select(F.col("word").cast("binary").alias("key"), value.alias("value")),
                 batch_id,
             )
             files.write(counts.withColumn("batch_id", F.lit(batch_id)), batch_id)
@@ -149,6 +160,8 @@ def read_kafka_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
     })
 
     topic = cfg["out_topic"]
+    decode = _avro_deserializer(cfg["registry_url"], topic) if cfg.get("format") == "avro" \
+        else (lambda raw: json.loads(raw or b"{}"))
     parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
     total: Counter[str] = Counter()
@@ -158,7 +171,7 @@ def read_kafka_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
             for m in consumer.consume(1000, 1.0):
                 err = m.error()
                 if err is None:
-                    doc = json.loads(m.value() or b"{}")
+                    doc = decode(m.value())
                     total[doc["word"]] += int(doc["count"])
                     rows += 1
                 elif err.code() == KafkaError._PARTITION_EOF:
@@ -168,6 +181,18 @@ def read_kafka_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
     finally:
         consumer.close()
     return total, rows
+
+
+def _avro_deserializer(registry_url: str, topic: str) -> Any:
+    """confluent-kafka's own ``AvroDeserializer``: a client we did not write reads what the
+    sink wrote."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+    context = SerializationContext(topic, MessageField.VALUE)
+    return lambda raw: deserializer(raw, context)
 
 
 def read_files_counts(cfg: dict[str, Any]) -> tuple[Counter[str], int]:
