@@ -5,8 +5,9 @@
  * compiler at install time, not CPython) the sink produces record by record from Python.
  *
  * One call enqueues a run of records to one topic with librdkafka's rd_kafka_produceva,
- * each with the recovery-key header "<prefix><seq as 8 big-endian bytes>", on the handle of
- * a confluent-kafka Producer. Nothing is linked: librdkafka's functions come in as
+ * each with the recovery-key header "<prefix><seq as 8 big-endian bytes>" (none when the
+ * header name is empty: the transactional mode), on the handle of a confluent-kafka
+ * Producer. Nothing is linked: librdkafka's functions come in as
  * addresses (from the library confluent-kafka loaded), and its public types are declared
  * here as rdkafka.h declares them.
  *
@@ -110,6 +111,9 @@ static PyObject *produce(PyObject *module, PyObject *args) {
     unsigned char header[HEADER_MAX];
     memcpy(header, prefix, (size_t)prefix_len);
 
+    /* RKT, PARTITION, VALUE, KEY, MSGFLAGS, OPAQUE, then HEADER when there is one. */
+    int with_header = header_name[0] != '\0';
+    size_t count = with_header ? 7 : 6;
     vu_t vus[7];
     memset(vus, 0, sizeof(vus));
     vus[0].vtype = VTYPE_RKT;
@@ -117,20 +121,22 @@ static PyObject *produce(PyObject *module, PyObject *args) {
     vus[1].vtype = VTYPE_PARTITION;
     vus[2].vtype = VTYPE_VALUE;
     vus[3].vtype = VTYPE_KEY;
-    vus[4].vtype = VTYPE_HEADER;
-    vus[4].u.header.name = header_name;
-    vus[4].u.header.val = header;
-    vus[4].u.header.size = (ssize_t)(prefix_len + 8);
-    vus[5].vtype = VTYPE_MSGFLAGS;
-    vus[5].u.i = MSG_F_COPY; /* the Arrow buffers may be released right after */
-    vus[6].vtype = VTYPE_OPAQUE;
+    vus[4].vtype = VTYPE_MSGFLAGS;
+    vus[4].u.i = MSG_F_COPY; /* the Arrow buffers may be released right after */
+    vus[5].vtype = VTYPE_OPAQUE;
+    vus[6].vtype = VTYPE_HEADER;
+    vus[6].u.header.name = header_name;
+    vus[6].u.header.val = header;
+    vus[6].u.header.size = (ssize_t)(prefix_len + 8);
 
     Py_ssize_t i;
     int err = 0;
     for (i = 0; i < n; i++) {
-        uint64_t seq = seqs[i];
-        for (int b = 0; b < 8; b++)
-            header[prefix_len + b] = (unsigned char)(seq >> (56 - 8 * b));
+        if (with_header) {
+            uint64_t seq = seqs[i];
+            for (int b = 0; b < 8; b++)
+                header[prefix_len + b] = (unsigned char)(seq >> (56 - 8 * b));
+        }
         msgstate_t *state = calloc(1, sizeof(*state));
         if (!state)
             return PyErr_NoMemory();
@@ -142,8 +148,8 @@ static PyObject *produce(PyObject *module, PyObject *args) {
         vus[2].u.mem.size = (size_t)value_lens[i];
         vus[3].u.mem.ptr = (void *)(uintptr_t)keys[i];
         vus[3].u.mem.size = (size_t)key_lens[i];
-        vus[6].u.ptr = state;
-        void *error = produceva((void *)(uintptr_t)rk, vus, 7);
+        vus[5].u.ptr = state;
+        void *error = produceva((void *)(uintptr_t)rk, vus, count);
         if (error) {
             /* Not enqueued: no delivery report will free the state. */
             err = error_code(error);
@@ -159,7 +165,8 @@ static PyObject *produce(PyObject *module, PyObject *args) {
 static PyMethodDef methods[] = {
     {"produce", produce, METH_VARARGS,
      "produce(producer, dr_cb, produceva, error_code, error_destroy, rk, rkt, n, values, "
-     "value_lens, keys, key_lens, partitions, seqs, header_name, prefix) -> (enqueued, err)"},
+     "value_lens, keys, key_lens, partitions, seqs, header_name, prefix) -> (enqueued, err); "
+     "an empty header_name: no header"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_keyed_produce",
