@@ -137,6 +137,40 @@ def test_the_python_constructor_writes_avro_once_per_batch_in_both_modes(
             range(40))
 
 
+def test_json_schema_records_read_back_with_confluents_deserializer_and_our_source(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    """``valueFormat=json-schema``: the schema of the column's Spark type registered as a
+    JSON Schema; confluent-kafka's ``JSONDeserializer`` (which validates each record against
+    the writer schema it fetches by id) and our source read the rows back."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = new_topic(partitions=2)
+    df = spark.range(0, 60, numPartitions=2).selectExpr(
+        "named_struct('id', id, 'name', concat('n', cast(id as string)), "
+        "'price', cast(id as double) / 4, 'day', date_add(date'2024-01-01', cast(id as int)), "
+        "'tags', array(cast(id % 3 as string)), 'note', if(id % 3 = 0, null, 'x')) as value")
+    _write(df, kafka_bootstrap, topic, registry_url, tmp_path, autoRegister="true",
+           valueFormat="json-schema")
+    messages = read_topic(kafka_bootstrap, topic)
+    assert len(messages) == 60
+    de = JSONDeserializer(None, schema_registry_client=SchemaRegistryClient(
+        {"url": registry_url}))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    decoded = sorted((de(m.value(), ctx) for m in messages), key=lambda r: r["id"])
+    assert [(r["id"], r["name"], r["price"], r["day"], r["tags"], r.get("note"))
+            for r in decoded[:4]] == [
+        (0, "n0", 0.0, "2024-01-01", ["0"], None), (1, "n1", 0.25, "2024-01-02", ["1"], "x"),
+        (2, "n2", 0.5, "2024-01-03", ["2"], "x"), (3, "n3", 0.75, "2024-01-04", ["0"], None)]
+    back = (spark.read.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("subscribe", topic).option("valueFormat", "json-schema")
+            .option("schemaRegistry.url", registry_url).load())
+    assert Counter(repr(r) for r in back.select("value.*").collect()) == Counter(
+        repr(r) for r in df.select("value.*").collect())
+
+
 def test_bad_sink_format_options_name_the_option(spark: Any, kafka_bootstrap: str,
                                                   new_topic: Any, registry_url: str,
                                                   tmp_path: Any) -> None:

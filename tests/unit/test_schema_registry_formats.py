@@ -553,3 +553,72 @@ def test_json_schemas_spark_cannot_type_are_refused(schema: Any, message: str) -
 
     with pytest.raises(SchemaNotRepresentable, match=message):
         json_type(schema)
+
+
+# -- the sink's JSON Schema ---------------------------------------------------------------------
+def test_json_schema_records_validate_and_read_back_through_the_source_decoder() -> None:
+    """The schema of a Spark type is a valid draft-07 schema (the ``jsonschema`` library
+    checks it and every record against it), and the source's decoder reads each record back
+    as the row it was."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import jsonschema
+
+    from connectors.kafka.registry.json_schema import JsonSchemaDecoder
+    from connectors.kafka.registry.json_schema_sink import JsonEncoder, json_schema
+
+    t = pa.struct([
+        pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
+        pa.field("price", pa.float64()), pa.field("ok", pa.bool_()),
+        pa.field("day", pa.date32()), pa.field("at", pa.timestamp("us", tz="UTC")),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("inner", pa.struct([pa.field("n", pa.int32())])),
+    ])
+    rows = [{"id": 1, "name": "a", "price": 2.5, "ok": True, "day": dt.date(2024, 1, 2),
+             "at": dt.datetime(2024, 1, 2, 3, 4, 5, 6000, tzinfo=dt.timezone.utc),
+             "tags": ["x", None], "inner": {"n": 7}},
+            {"id": 2, "name": None, "price": None, "ok": None, "day": None, "at": None,
+             "tags": None, "inner": None}, None]
+    schema = json_schema(t, "Item", "value")
+    jsonschema.Draft7Validator.check_schema(schema)
+    assert schema["title"] == "Item" and schema["required"] == ["id"]
+    encoded = JsonEncoder("value", 9).encode(pa.array(rows, t))
+    assert encoded[2].as_py() is None
+    for raw in encoded.to_pylist()[:2]:
+        assert raw[:5] == b"\x00\x00\x00\x00\x09"
+        jsonschema.validate(json.loads(raw[5:]), schema)
+    back = JsonSchemaDecoder("value", json.dumps(schema)).decode(encoded, str)
+    want = pa.array(rows, t).cast(back.type)
+    assert back.to_pylist() == want.to_pylist()
+    # binary, maps and narrow decimals have a JSON form too (base64, objects, numbers)
+    other = pa.struct([pa.field("b", pa.binary()), pa.field("m", pa.map_(pa.string(), pa.int64())),
+                       pa.field("d", pa.decimal128(10, 2))])
+    schema = json_schema(other, "Other", "value")
+    raw = JsonEncoder("value", 1).encode(pa.array(
+        [{"b": b"\x00\xff", "m": [("k", 1)], "d": Decimal("12.34")}], other))[0].as_py()
+    doc = json.loads(raw[5:])
+    jsonschema.validate(doc, schema)
+    assert doc == {"b": "AP8=", "m": {"k": 1}, "d": 12.34}
+
+
+@pytest.mark.parametrize(("t", "message"), [
+    (pa.struct([pa.field("at", pa.timestamp("us"))]), "timestamp_ntz"),
+    (pa.struct([pa.field("d", pa.decimal128(20, 2))]), "exact to 15 digits"),
+    (pa.struct([pa.field("m", pa.map_(pa.int32(), pa.int32()))]), "string keys only"),
+])
+def test_json_schema_refuses_types_it_cannot_keep(t: pa.DataType, message: str) -> None:
+    from connectors.core.errors import KafkaSinkError
+    from connectors.kafka.registry.json_schema_sink import json_schema
+
+    with pytest.raises(KafkaSinkError, match=message):
+        json_schema(t, "X", "value")
+
+
+def test_a_nan_has_no_json_form_and_says_so() -> None:
+    from connectors.core.errors import KafkaSinkError
+    from connectors.kafka.registry.json_schema_sink import JsonEncoder
+
+    t = pa.struct([pa.field("x", pa.float64())])
+    with pytest.raises(KafkaSinkError, match="NaN and infinities"):
+        JsonEncoder("value", 1).encode(pa.array([{"x": float("nan")}], t))

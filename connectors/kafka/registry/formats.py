@@ -33,7 +33,7 @@ REGISTRY_FORMATS = frozenset({"avro", "json-schema"})
 #: The registry's ``schemaType`` of each format
 SCHEMA_TYPES = {"avro": "AVRO", "json-schema": "JSON"}
 #: The formats the sink writes so far
-SINK_FORMATS = ("binary", "avro")
+SINK_FORMATS = ("binary", "avro", "json-schema")
 
 
 def column_type(kind: str, schema: str, column: str) -> pa.DataType:

@@ -1,5 +1,6 @@
 """The Kafka sink's Schema Registry formats: struct (or scalar) ``key``/``value`` columns
-written as Avro in the Confluent wire format.
+written as Avro or JSON Schema records (:mod:`connectors.kafka.registry.json_schema_sink`)
+in the Confluent wire format.
 
 1. :func:`parse` (driver, no network): the declared options
    (:mod:`connectors.kafka.sink.format_options`);
@@ -34,6 +35,7 @@ import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.options import option_error
+from connectors.kafka.registry import json_schema, json_schema_sink
 from connectors.kafka.registry.avro import (
     MAGIC,
     _avro_decode,
@@ -54,6 +56,8 @@ class ColumnEncoding:
     #: resolved on the driver
     schema: str | None = None
     schema_id: int | None = None
+    #: ``avro`` or ``json-schema``
+    kind: str = "avro"
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,8 @@ def parse(values: Mapping[str, Any], names: Mapping[str, str]) -> SinkFormats | 
                                    f"is set but {names[f'{column}Format']} is binary",
                                    f"set {names[f'{column}Format']}=avro, or remove it")
             continue
-        columns.append(ColumnEncoding(column, values[f"{column}Subject"]))
+        columns.append(ColumnEncoding(column, values[f"{column}Subject"],
+                                      kind=str(values[f"{column}Format"]).lower()))
     registry = values["schemaRegistry."] or {}
     if not columns:
         if registry:
@@ -149,6 +154,10 @@ def avro_schema(t: pa.DataType, name: str, namespace: str = "") -> Any:
 
 
 def _full_name(schema: Any) -> str | None:
+    """The record name a RecordNameStrategy subject takes: an Avro record's full name, a
+    JSON Schema's ``title`` (as Confluent's serializers name it)."""
+    if isinstance(schema, Mapping) and schema.get("type") == "object" and schema.get("title"):
+        return str(schema["title"])
     if isinstance(schema, Mapping) and schema.get("type") == "record":
         name, ns = str(schema["name"]), schema.get("namespace")
         return name if "." in name or not ns else f"{ns}.{name}"
@@ -162,18 +171,22 @@ def resolve(formats: SinkFormats, schema: pa.Schema, topic: str | None) -> SinkF
     for c in formats.columns:
         i = schema.get_field_index(c.column)
         if i < 0:
-            raise KafkaSinkError(f"eo_kafka: {c.column}Format=avro, but the DataFrame has no "
-                                 f"'{c.column}' column (columns: {schema.names})")
+            raise KafkaSinkError(f"eo_kafka: {c.column}Format={c.kind}, but the DataFrame "
+                                 f"has no '{c.column}' column (columns: {schema.names})")
         col_type = schema.field(i).type
-        derived = avro_schema(col_type, formats.record_name, formats.record_namespace)
+        json_kind = c.kind == "json-schema"
+        derived = (json_schema_sink.json_schema(col_type, formats.record_name, c.column)
+                   if json_kind else
+                   avro_schema(col_type, formats.record_name, formats.record_namespace))
         subject = c.subject or _subject(formats, c.column, topic, derived)
         if formats.use_latest_version:
             found = client.subject_version(subject, "latest")
             writer_text, schema_id = found.schema, found.id
-            _check_fits(col_type, json.loads(writer_text), c.column, subject)
+            _check_fits(col_type, json.loads(writer_text), c.column, subject, c.kind)
         else:
             writer_text = json.dumps(derived)
-            schema_id = _lookup_or_register(client, subject, writer_text, formats, c.column)
+            schema_id = _lookup_or_register(client, subject, writer_text, formats, c.column,
+                                            "JSON" if json_kind else "AVRO")
         columns.append(dataclasses.replace(c, subject=subject, schema=writer_text,
                                            schema_id=schema_id))
     return dataclasses.replace(formats, columns=tuple(columns))
@@ -195,11 +208,11 @@ def _subject(formats: SinkFormats, column: str, topic: str | None, derived: Any)
 
 
 def _lookup_or_register(client: Any, subject: str, schema_text: str, formats: SinkFormats,
-                        column: str) -> int:
+                        column: str, schema_type: str) -> int:
     import urllib.parse
 
     path = f"/subjects/{urllib.parse.quote(subject, safe='')}"
-    body = {"schema": schema_text, "schemaType": "AVRO"}
+    body = {"schema": schema_text, "schemaType": schema_type}
     if formats.auto_register:
         try:
             doc = client.request("POST", path + "/versions", body)
@@ -223,15 +236,20 @@ def _lookup_or_register(client: Any, subject: str, schema_text: str, formats: Si
     return int(doc["id"])
 
 
-def _check_fits(t: pa.DataType, writer: Any, column: str, subject: str) -> None:
-    """The column can be written with ``writer`` (a struct: every non-defaulted field of the
-    schema is a column; Arrow types agree with the schema's)."""
-    want = arrow_type(writer, column)
+def _check_fits(t: pa.DataType, writer: Any, column: str, subject: str, kind: str) -> None:
+    """The column can be written with ``writer`` (a struct: every non-defaulted field of an
+    Avro schema, every required property of a JSON Schema, is a column; Arrow types agree
+    with the schema's)."""
+    if kind == "json-schema":
+        want = json_schema.arrow_type(writer, column)
+        needed = set(writer.get("required", ())) if isinstance(writer, Mapping) else set()
+    else:
+        want = arrow_type(writer, column)
+        needed = {f["name"] for f in writer.get("fields", []) if "default" not in f} \
+            if isinstance(writer, Mapping) else set()
     if pa.types.is_struct(want) and pa.types.is_struct(t):
         have = {f.name for f in t}
-        missing = [f.name for f in want if f.name not in have
-                   and not any(sf["name"] == f.name and "default" in sf
-                               for sf in writer.get("fields", []))]
+        missing = [f.name for f in want if f.name not in have and f.name in needed]
         if missing:
             raise KafkaSinkError(
                 f"eo_kafka: the latest schema of subject {subject!r} needs the {column} "
@@ -373,7 +391,18 @@ def encoded_schema(schema: pa.Schema, formats: SinkFormats) -> pa.Schema:
     return schema
 
 
-def encode_batch(batch: pa.RecordBatch, encoders: Mapping[str, AvroEncoder]) -> pa.RecordBatch:
+def encoder(enc: ColumnEncoding) -> AvroEncoder | json_schema_sink.JsonEncoder:
+    """The executor's encoder of one resolved column."""
+    if enc.kind == "json-schema":
+        if enc.schema_id is None:
+            raise ValueError(f"{enc.column}: the encoding is not resolved")
+        return json_schema_sink.JsonEncoder(enc.column, enc.schema_id)
+    return AvroEncoder(enc)
+
+
+def encode_batch(batch: pa.RecordBatch,
+                 encoders: Mapping[str, AvroEncoder | json_schema_sink.JsonEncoder]
+                 ) -> pa.RecordBatch:
     columns = list(batch.columns)
     schema = batch.schema
     for name, encoder in encoders.items():

@@ -265,7 +265,7 @@ class KafkaSink(BatchSink):
         """1.-3. Executor: one task attempt, in the delivery mode the options choose (the
         formatted columns encoded first)."""
         if self.formats is not None:
-            encoders = {c.column: sink_formats.AvroEncoder(c) for c in self.formats.columns}
+            encoders = {c.column: sink_formats.encoder(c) for c in self.formats.columns}
             batches = (sink_formats.encode_batch(b, encoders) for b in batches)
         return writer_for(self.options, self._state(), task).write(batches)
 
