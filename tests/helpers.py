@@ -203,6 +203,7 @@ def scan_topic(
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": level, "auto.offset.reset": "earliest"})
 
+    deadline = time.monotonic() + timeout
     consumer = consumer_of(isolation)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -212,14 +213,13 @@ def scan_topic(
             # The watermark query speaks the consumer's isolation level: ask uncommitted.
             probe = consumer_of("read_uncommitted")
             try:
-                ends = {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
-                                                       cached=False)[1] for p in parts}
+                ends = {p: _high_watermark(probe, TopicPartition(topic, p), deadline)
+                        for p in parts}
             finally:
                 probe.close()
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         done: dict[int, int] = {}
         out: list[Any] = []
-        deadline = time.monotonic() + timeout
         while len(done) < len(parts):
             if time.monotonic() > deadline:
                 short = {p: (done.get(p), ends[p]) for p in parts if p not in done}
@@ -237,6 +237,23 @@ def scan_topic(
         return out, done
     finally:
         consumer.close()
+
+
+def _high_watermark(consumer: Any, tp: Any, deadline: float) -> int:
+    """``tp``'s high watermark, asked again until ``deadline`` while librdkafka has no
+    answer: right after a node stopped or came back it answers a partition it has just
+    listed ``_UNKNOWN_PARTITION`` or ``LEADER_NOT_AVAILABLE`` while the leader moves."""
+    from confluent_kafka import KafkaException
+
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(
+                tp, timeout=max(1.0, min(10.0, deadline - time.monotonic())), cached=False)[1])
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the high watermark of {tp.topic}[{tp.partition}]: "
+                                     f"{e}") from e
+            time.sleep(0.5)
 
 
 def end_offsets_by_scan(bootstrap: str, topic: str) -> dict[int, int]:
