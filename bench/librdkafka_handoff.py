@@ -17,7 +17,7 @@ pre-built Arrow column of ``--rows`` values of ``--value-bytes`` bytes (null key
   ``rd_kafka_produceva`` per record, no header (the transactional mode);
   ``c_loop_header``: with the recovery-key header (the recovery-key mode);
 - ``produce_batch``: ``rd_kafka_produce_batch`` through ctypes, the message array built by
-  numpy from the Arrow buffers (where the run has it: the sink stopped using it).
+  numpy from the Arrow buffers (the transactional mode; it takes no headers).
 
 Each runs ``--repeat`` times, best counts; ratios are against ``produce_loop`` in the same
 run. The last line is ``RESULT {json}``.
@@ -50,8 +50,10 @@ def _producer(bootstrap: str, failed: list[Any]) -> Any:
         if err is not None:
             failed.append(err)
 
-    return Producer({**producers.PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap,
-                     "on_delivery": on_error})
+    conf: dict[str, Any] = {**producers.PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap,
+                            "on_delivery": on_error}
+    conf["delivery.report.only.error"] = True  # confluent-kafka's own key takes a bool
+    return Producer(conf)
 
 
 def _run(bootstrap: str, partitions: int, values: pa.Array,
@@ -129,8 +131,7 @@ def main() -> int:
     ways: dict[str, Callable[[Any, str, np.ndarray, list[Any]], None]] = {
         "produce_loop": produce_loop, "produce_loop_header": produce_loop_header,
         "c_loop": c_loop(False), "c_loop_header": c_loop(True)}
-    if hasattr(batch_produce, "produce"):
-        ways["produce_batch"] = produce_batch
+    ways["produce_batch"] = produce_batch
 
     bootstrap, broker = bench_broker()
     try:

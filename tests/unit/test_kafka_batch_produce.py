@@ -49,3 +49,27 @@ def test_empty_values_without_a_data_buffer_are_not_null():
     array = pa.array([b"", b""], pa.binary())
     addresses, lengths = batch_produce.BinaryColumn(array, 2).at(np.arange(2))
     assert (addresses != 0).all() and lengths.tolist() == [0, 0]
+
+
+def test_the_c_loop_queues_records_with_and_without_a_header():
+    """The recovery-key mode's C loop, with its header or none (an empty header name, what
+    bench/librdkafka_handoff.py measures against ``rd_kafka_produce_batch``). No broker: the
+    records wait in librdkafka's queue, then a purge reports each one to ``on_delivery``, as
+    a ``produce()`` record's would be."""
+    assert batch_produce.keyed_available(), "the _keyed_produce extension was not built"
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0})
+    rk = batch_produce.handle(producer)
+    assert rk is not None
+    reports: list[object] = []
+    values = pa.array([b"v%d" % i for i in range(300)] + [None], pa.binary())
+    parts = np.zeros(len(values), dtype=np.int32)
+    order = np.arange(len(values))
+    for header, prefix in (("", b""), ("eo-rk", b"p")):
+        queued = batch_produce.produce_keyed(
+            producer, lambda err, msg: reports.append(err), rk, "t", values, None, parts,
+            order, header, prefix, lambda: producer.poll(0))
+        assert queued == len(values)
+    assert len(producer) >= 2 * len(values)
+    producer.purge()
+    producer.poll(0)
+    assert len(reports) == 2 * len(values) and all(r is not None for r in reports)
