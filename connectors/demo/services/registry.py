@@ -94,6 +94,7 @@ class LocalRegistry:
         self.url = self.base + CCOMPAT_PATH
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="eo-registry-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = str(self.workdir / "registry.log")
         self.heap = heap
         self.version = "?"
