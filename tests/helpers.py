@@ -256,6 +256,27 @@ def _high_watermark(consumer: Any, tp: Any, deadline: float) -> int:
             time.sleep(0.5)
 
 
+def group_offsets(bootstrap: str, group: str, timeout: float = 30.0,
+                  conf: dict[str, Any] | None = None) -> dict[tuple[str, int], int]:
+    """``group``'s committed offsets on every topic, read as ``lag`` reads them: a consumer
+    of the group (``kafka/lookup``), with ``require_stable``. Never the admin's
+    ListConsumerGroupOffsets: librdkafka dereferences a NULL group when it is answered
+    NOT_COORDINATOR (a coordinator still loading on a new broker; librdkafka #5040) and the
+    test process dies of SIGSEGV, as the secured tier's did."""
+    from connectors.kafka import lookup
+
+    settings = {**(conf or {}), "bootstrap.servers": bootstrap}
+    looker = lookup.consumer(settings)
+    client = lookup.consumer(settings, group, isolation="read_committed")
+    try:
+        topics = lookup.all_topics(looker, timeout)
+        return lookup.committed(client, [(t, p) for t, parts in topics.items() for p in parts],
+                                timeout)
+    finally:
+        client.close()
+        looker.close()
+
+
 def end_offsets_by_scan(bootstrap: str, topic: str) -> dict[int, int]:
     """Per-partition end offsets found by reading to partition EOF (exact on any broker)."""
     return scan_topic(bootstrap, topic, isolation="read_uncommitted")[1]

@@ -23,7 +23,7 @@ from connectors.core import failpoints
 from connectors.core.errors import ConnectorError, FailpointError
 from connectors.demo.services.kafka import create_topic, produce_records
 from connectors.kafka.access import ROLES, Acl
-from tests.helpers import announce, assert_exact, read_topic, unavailable
+from tests.helpers import announce, assert_exact, group_offsets, read_topic, unavailable
 
 #: A missing ACL or a failed login must surface within this many seconds.
 FAIL_WITHIN = 30.0
@@ -77,13 +77,7 @@ def _ids(role: str) -> list[str]:
 
 
 def _group_offsets(secured: Any, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": secured.setup_bootstrap})
-    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(30).topic_partitions
-            if tp.offset >= 0}
+    return group_offsets(secured.setup_bootstrap, group)
 
 
 def _assert_names(message: str, user: str, acl: Acl) -> None:

@@ -16,21 +16,12 @@ from connectors.core.errors import KafkaSourceError
 from connectors.demo.services.kafka import create_topic, produce_records
 from connectors.kafka.source.offsets import OffsetRange
 from connectors.kafka.source.range_reader import read_range
-from tests.helpers import assert_exact, wait_for
+from tests.helpers import assert_exact, group_offsets, wait_for
 
 
 def _records(n: int, partitions: int, prefix: str = "") -> list[tuple[bytes, bytes, int]]:
     return [(f"{prefix}k{i}".encode(), f"{prefix}v{i}".encode(), i % partitions)
             for i in range(n)]
-
-
-def _group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(30).topic_partitions}
 
 
 def _stream(spark: Any, bootstrap: str, **options: Any) -> Any:
@@ -175,7 +166,7 @@ def test_max_offsets_per_trigger_wal_and_group_commit(spark: Any, kafka_bootstra
     last_committed = log.last_committed()
     assert last_committed is not None and last_committed >= len(sizes) - 2
     end = log.get(last_committed)["end"]
-    assert _group_offsets(kafka_bootstrap, group) == {
+    assert group_offsets(kafka_bootstrap, group) == {
         (topic, int(p)): off for p, off in end[topic].items()}
 
 
@@ -295,7 +286,7 @@ def test_starting_offsets_group_resumes_from_committed(spark: Any, kafka_bootstr
     assert spark.table(name).count() == 100
     # The last batch is committed to the source only when the next one is planned, so
     # the group holds some batch's end; a fresh query resumes exactly there.
-    committed = _group_offsets(kafka_bootstrap, group)
+    committed = group_offsets(kafka_bootstrap, group)
     assert committed and all(0 < off <= 50 for off in committed.values())
     df2 = _stream(spark, kafka_bootstrap, subscribe=topic, startingOffsets="group",
                   **{"kafka.group.id": group})
@@ -371,7 +362,7 @@ def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: st
     with windows.next() as (window_id, df):  # type: ignore[union-attr]
         assert window_id == 0 and rows(df) == first
     assert windows.last_committed() == 0
-    assert _group_offsets(kafka_bootstrap, group) == {(topic, 0): 50, (topic, 1): 50}
+    assert group_offsets(kafka_bootstrap, group) == {(topic, 0): 50, (topic, 1): 50}
     # After the commit the old DataFrame still reads its own window, not the next one.
     assert rows(df) == first
 
@@ -384,7 +375,7 @@ def test_kafka_windows_replay_uncommitted_window(spark: Any, kafka_bootstrap: st
     assert w1b is not None and w1b.window_id == 1  # replayed, not skipped
     w1b.commit()
     assert windows.next() is None  # nothing new
-    assert _group_offsets(kafka_bootstrap, group) == {(topic, 0): 70, (topic, 1): 70}
+    assert group_offsets(kafka_bootstrap, group) == {(topic, 0): 70, (topic, 1): 70}
 
 
 def test_plain_batch_read_with_wal_path_gives_next_window(spark: Any, kafka_bootstrap: str,

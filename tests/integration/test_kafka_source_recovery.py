@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from connectors.demo.services.kafka import produce_records
-from tests.helpers import assert_exact, run_pipeline, wait_for
+from tests.helpers import assert_exact, group_offsets, run_pipeline, wait_for
 
 N = 50_000
 PARTS = 3
@@ -94,8 +94,6 @@ def test_crash_at_every_source_step(spark: Any, kafka_bootstrap: str, new_topic:
     """One pipeline, killed (SIGKILL of the whole app) at each source failpoint in turn,
     then run to completion from the same checkpoint and WAL; the WAL on a local disk, then
     on the real S3 server (credentials from the standard AWS environment)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
 
     from connectors.core.storage import storage_options_from
     from connectors.core.wal import WriteAheadLog
@@ -128,7 +126,6 @@ def test_crash_at_every_source_step(spark: Any, kafka_bootstrap: str, new_topic:
     assert wal.seqs()[-1] >= 2  # at least 3 windows of <= 1000 offsets
     last = wal.last_committed()
     assert last is not None
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    committed = {str(tp.partition): tp.offset for tp in got.result(30).topic_partitions}
+    committed = {str(p): o for (t, p), o in group_offsets(kafka_bootstrap, group).items()
+                 if t == topic}
     assert committed == wal.get(last)["end"][topic]
