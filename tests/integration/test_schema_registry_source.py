@@ -113,6 +113,39 @@ def test_avro_written_by_confluents_serializer_reads_as_typed_columns(
         records[-1]["ts"].timestamp() * 1000)
 
 
+def test_a_union_of_several_types_reads_as_sparks_member_struct(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        jvm_spark: Any) -> None:
+    """``["null", "string", "long", record]`` written by confluent-kafka's serializer reads
+    as ``struct<member0, member1, member2>``, as Spark's own ``from_avro`` reads it (JVM,
+    same topic, the header cut off)."""
+    from tests.services.spark_jvm import run_job, with_avro
+
+    point = {"type": "record", "name": "Pt", "fields": [{"name": "x", "type": "int"}]}
+    schema = {"type": "record", "name": "U", "namespace": "t", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "u", "type": ["null", "string", "long", point]}]}
+    topic = new_topic(partitions=1)
+    records = [{"id": i, "u": [None, f"s{i}", i * 10, {"x": i}][i % 4]} for i in range(40)]
+    values = _serialize(_serializer(registry_url, schema), topic, records)
+    produce_records(kafka_bootstrap, topic, [(None, v, 0) for v in values])
+    df = _read(spark, kafka_bootstrap, topic, registry_url)
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<id:bigint,u:struct<member0:string,member1:bigint,member2:struct<x:int>>>")
+    ours = sorted((r["id"], None if r["u"] is None else tuple(
+        r["u"].asDict(recursive=True).values())) for r in df.select("value.*").collect())
+    assert ours[:4] == [(0, None), (1, ("s1", None, None)), (2, (None, 20, None)),
+                        (3, (None, None, {"x": 3}))]
+    result = run_job(with_avro(jvm_spark), {"action": "read_avro", "bootstrap": kafka_bootstrap,
+                                            "topic": topic, "schema": json.dumps(schema)})
+    # to_json leaves null fields out: compare the set members only
+    theirs = sorted((d["id"], None if d.get("u") is None else d["u"]) for d in (
+        json.loads(j) for j, _ in result["rows"]))
+    mine = sorted((i, None if u is None else {k: v for k, v in zip(
+        ("member0", "member1", "member2"), u, strict=True) if v is not None}) for i, u in ours)
+    assert theirs == mine
+
+
 def test_records_of_an_older_and_a_newer_schema_resolve_to_the_reader_schema(
         spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str) -> None:
     """v1 and v2 records in one topic: pinned to v1 or reading latest (v2), each record is

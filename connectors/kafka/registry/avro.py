@@ -2,9 +2,10 @@
 registry lookup of a writer schema id a worker has not seen yet).
 
 - :func:`arrow_type`: the Arrow (and so Spark) type of an Avro schema, with Spark's own
-  ``from_avro`` mapping (docs/schema-registry.md, "Type mapping"); a schema that Spark types
-  cannot represent (a recursive record, a union of several non-null types) is refused with
-  the path of the offending field;
+  ``from_avro`` mapping (docs/schema-registry.md, "Type mapping"; a union of several
+  non-null types is a struct of ``member0``, ``member1``..., :mod:`avro_unions`); a schema
+  that Spark types cannot represent (a recursive record) is refused with the path of the
+  offending field;
 - :class:`AvroDecoder`: one binary column of framed records -> one Arrow array of the
   reader schema's type. Each record's writer schema (its id) is resolved to the reader
   schema with the Avro specification's resolution rules (fastavro implements them: added
@@ -41,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute in the fast path
 
 from connectors.core.errors import KafkaSourceError
+from connectors.kafka.registry import avro_unions
 
 try:  # the columnar fast path (setup.py builds it; optional)
     from connectors.kafka.registry import _avro_decode  # type: ignore[attr-defined]
@@ -62,7 +64,8 @@ _READ_RAW = _RAW_LOGICAL | {"date", "timestamp-millis", "timestamp-micros",
 
 
 class SchemaNotRepresentable(KafkaSourceError):
-    """An Avro schema with no Spark SQL type (recursion, a union of several types)."""
+    """An Avro schema with no Spark SQL type (recursion, a union whose branches decode
+    alike)."""
 
 
 class DecodeError(KafkaSourceError):
@@ -93,11 +96,13 @@ def _arrow(schema: Any, names: dict[str, Any], stack: tuple[str, ...], path: str
             raise SchemaNotRepresentable(
                 f"eo_kafka: the Avro schema of {path} is a union of null only; Spark has no "
                 "column type for it")
-        raise SchemaNotRepresentable(
-            f"eo_kafka: {path} is a union of several non-null types "
-            f"({json.dumps(branches)[:200]}), which this source does not map to Spark types "
-            "yet; use a union of null and one type, or valueFormat=binary and decode it "
-            "yourself")
+        members = [_arrow(b, names, stack, f"{path}.member{i}", namespace, millis)
+                   for i, b in enumerate(branches)]  # first: names the branches define
+        try:
+            avro_unions.check_distinct(branches, names, namespace, path)
+        except ValueError as e:
+            raise SchemaNotRepresentable(str(e)) from None
+        return avro_unions.union_type(members)
     if isinstance(schema, str):
         primitive = _PRIMITIVES.get(schema)
         if primitive is not None:
@@ -241,6 +246,8 @@ class AvroDecoder:
         self._reader_id = reader_id
         self._writer_schema = writer_schema
         self._fast = fast_program(reader) if _avro_decode is not None else None
+        # a union of several types: fastavro names its records, then the values are tagged
+        self._tag = avro_unions.tagger(reader) if avro_unions.has_union(reader) else None
         # schema id -> (writer, reader or None when they are the same schema)
         self._plans: dict[int, tuple[Any, Any]] = {}
 
@@ -277,6 +284,7 @@ class AvroDecoder:
         out: list[Any] = []
         append = out.append
         plans = self._plans
+        tag = self._tag
         for i, payload in enumerate(values.to_pylist()):
             if payload is None:
                 append(None)
@@ -292,7 +300,10 @@ class AvroDecoder:
             buf = io.BytesIO(payload)
             buf.seek(HEADER)
             try:
-                record = schemaless_reader(buf, plan[0], plan[1])
+                record = schemaless_reader(buf, plan[0], plan[1],
+                                           return_record_name=tag is not None)
+                if tag is not None:
+                    record = tag(record)
             except Exception as e:  # noqa: BLE001 - any decode failure names the record
                 raise self._error(where(i), schema_id, e) from e
             if buf.tell() != len(payload):
