@@ -177,15 +177,17 @@ def assert_exact(actual: Iterable[Any], expected: Iterable[Any], what: str = "ou
 
 
 def read_topic(
-    bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 60.0
+    bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 60.0,
+    now: bool = False,
 ) -> list[Any]:
     """Every record of every partition, read to partition EOF. Returns confluent-kafka
-    Messages."""
-    return scan_topic(bootstrap, topic, isolation=isolation, timeout=timeout)[0]
+    Messages. ``now``: see :func:`scan_topic`."""
+    return scan_topic(bootstrap, topic, isolation=isolation, timeout=timeout, now=now)[0]
 
 
 def scan_topic(
-    bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 60.0
+    bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 60.0,
+    now: bool = False,
 ) -> tuple[list[Any], dict[int, int]]:
     """``(messages, eof_offsets)``: records to partition EOF and the offset EOF was hit at
     per partition (the true end, counting transaction markers).
@@ -195,7 +197,8 @@ def scan_topic(
     the commit, before it writes the markers, so right after a commit a ``read_committed``
     EOF can still stand at the last stable offset, short of the committed records (CI saw
     20,004 of 100,000 unread that way). A transaction left open never reaches it: the read
-    times out."""
+    times out. ``now=True`` reads what a ``read_committed`` reader sees at this moment, to
+    each partition's last stable offset, while a transaction is deliberately open."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     def consumer_of(level: str) -> Any:
@@ -209,7 +212,7 @@ def scan_topic(
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         parts = sorted(meta.partitions)
         ends = {p: 0 for p in parts}
-        if isolation == "read_committed":
+        if isolation == "read_committed" and not now:
             # The watermark query speaks the consumer's isolation level: ask uncommitted.
             probe = consumer_of("read_uncommitted")
             try:
