@@ -471,7 +471,7 @@ def print_inspect(commands: list[tuple[str, str]], broker_up: bool) -> None:
 
 
 def _quiet_produce(bootstrap: str, topic: str, lines: int, rng: random.Random,
-                   registry_url: str | None) -> Counter[str]:
+                   registry_url: str | None = None) -> Counter[str]:
     import contextlib
     import io
 
