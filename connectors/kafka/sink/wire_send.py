@@ -20,6 +20,15 @@ duplicate. Each answer is read by its correlation id. Then, per batch:
 
 Between rounds: a backoff (``retry.backoff.ms``), then the leaders are asked again from any
 live broker.
+
+A partition's later batches wait until its first one is acknowledged while the broker may not
+know the producer id there (nothing of it acknowledged in this process yet: a new topic, a
+new sink, a restarted worker). A broker takes any sequence from a producer id it does not
+know, so if the first batch were refused for now (``NOT_LEADER_OR_FOLLOWER`` from a node
+about to become the leader) and the second taken, the first could never be appended:
+``OUT_OF_ORDER_SEQUENCE_NUMBER``, and the task fails. Measured on the 3-node cluster: every
+first write into a new 1,000-partition topic failed that way. Once the broker knows the
+producer id, a gap is refused and sent again as above, so pipelining resumes.
 """
 
 from __future__ import annotations
@@ -57,6 +66,11 @@ MAX_IN_FLIGHT = 5
 
 Batch = tuple[int, int, int]  # partition, start and end in the encoded bytes
 Request = list[Batch]
+
+#: (producer id, topic, partition) with a batch acknowledged in this process: the broker
+#: knows the producer id there and refuses a gap in its sequences.
+_KNOWN: set[tuple[int, str, int]] = set()
+_KNOWN_MAX = 1_000_000
 
 
 class Sender:
@@ -137,22 +151,37 @@ class Sender:
             for _, request in flight[node]:
                 failed.extend((b, code) for b in request)
                 behind.update(b[0] for b in request)
+                for b in request:
+                    sent[b[0]] -= 1
             for request in queues[node]:
                 failed.extend((b, code) for b in request)
                 behind.update(b[0] for b in request)
             flight[node].clear()
             queues[node].clear()
 
+        sent: dict[int, int] = {}  # partition -> its batches in flight
+
+        def may_send(request: Request) -> bool:
+            pid = self.producer.producer_id
+            return all(not sent.get(b[0]) or (pid, self.topic, b[0]) in _KNOWN
+                       for b in request)
+
         while any(queues.values()) or any(flight.values()):
             for node, queue in queues.items():
                 while queue and refused is None and len(flight[node]) < MAX_IN_FLIGHT:
+                    request = self.next_request(queue, behind, failed)
+                    if request is None:
+                        continue
+                    if not may_send(request):
+                        break
                     try:
                         conn = conns.get(node)
                         if conn is None or conn.broken:
                             conn = conns[node] = self.producer.connection(node)
-                        request = queue[0]
                         flight[node].append((conn.send(PRODUCE, self.parts(request)), request))
                         queue.popleft()
+                        for b in request:
+                            sent[b[0]] = sent.get(b[0], 0) + 1
                     except ConnectionLost:
                         unknown = True
                         give_up(node, NETWORK_EXCEPTION)
@@ -173,6 +202,8 @@ class Sender:
                     waiting.appendleft((correlation, request))
                     give_up(node, NETWORK_EXCEPTION)
                     continue
+                for b in request:
+                    sent[b[0]] -= 1
                 refused = self.answers(answer, request, failed, behind) or refused
         if refused is not None:
             self.producer.uncertain = self.producer.uncertain or unknown
@@ -186,6 +217,28 @@ class Sender:
             out.append(self.view[a:b])
         return out
 
+    @staticmethod
+    def next_request(queue: deque[Request], behind: set[int],
+                     failed: list[tuple[Batch, int]]) -> Request | None:
+        """The next request of ``queue`` without the batches of partitions that have an
+        earlier batch to send again (they follow it next round: sent now, an unknown
+        producer id's would be appended before it); None when nothing of it is left."""
+        request = queue[0]
+        if behind.isdisjoint(b[0] for b in request):
+            return request
+        failed.extend((b, OUT_OF_ORDER_SEQUENCE) for b in request if b[0] in behind)
+        request = [b for b in request if b[0] not in behind]
+        if request:
+            queue[0] = request
+            return request
+        queue.popleft()
+        return None
+
+    def known(self, partition: int) -> None:
+        if len(_KNOWN) >= _KNOWN_MAX:
+            _KNOWN.clear()  # bounded: at worst the next writes wait once more
+        _KNOWN.add((self.producer.producer_id, self.topic, partition))
+
     def answers(self, r: _Reader, request: Request, failed: list[tuple[Batch, int]],
                 behind: set[int]) -> WireError | None:
         """Read one Produce answer; the first refusal in it (None: none)."""
@@ -197,6 +250,7 @@ class Sender:
                 part, code = r.take(">ih")
                 r.at += 24  # base offset, log append time, log start offset
                 if code in (0, DUPLICATE_SEQUENCE):
+                    self.known(part)
                     continue
                 if code in RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE and part in behind):
                     behind.add(part)
