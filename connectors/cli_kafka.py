@@ -83,8 +83,14 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         offsets: dict[tuple[str, int], int] = named(
             lambda: lookup.committed(group, tps, args.timeout), "GROUP",
             f"OffsetFetch of group {args.group!r}")
-        missing = [tp for tp in tps if tp not in offsets]
-        if missing:  # the plain answer may be older than the group's commits (stable_committed)
+        # The plain answer may be older than the group's commits (stable_committed): ask
+        # again stably for the partitions of the topics the group has offsets on (its
+        # commits cover them together), or of every topic when it had none; not for every
+        # topic the group never read, which would pay the stable wait on nearly every call.
+        consumed = {t for t, _ in offsets}
+        missing = [tp for tp in tps
+                   if tp not in offsets and (not consumed or tp[0] in consumed)]
+        if missing:
             offsets.update(named(
                 lambda: lookup.stable_committed(conf, args.group, missing,
                                                 min(args.timeout, STABLE_WAIT)),
