@@ -94,3 +94,25 @@ def test_a_known_producer_id_pipelines_and_sends_a_gap_again():
                                              2: OUT_OF_ORDER_SEQUENCE})
     assert events[:3] == [("send", [0]), ("send", [1]), ("send", [2])]
     assert failed == [0, 1, 2]
+
+
+def test_concurrent_transactions_is_polled_at_a_short_fixed_interval(monkeypatch):
+    """The previous transaction's markers end on the broker's time: a doubling backoff (to
+    1 s) overshot their end by up to a second per task."""
+    from connectors.kafka.sink import wire
+    from connectors.kafka.sink.wire_protocol import Settings, WireError
+
+    producer = wire.WireProducer(Settings.of({"bootstrap.servers": "127.0.0.1:1"}), "t", "test",
+                                 30.0)
+    pauses: list[float] = []
+    monkeypatch.setattr(wire.time, "sleep", pauses.append)
+    answers = iter([wire.CONCURRENT_TRANSACTIONS] * 8 + [0])
+
+    def ask() -> str:
+        code = next(answers)
+        if code:
+            raise WireError("busy", code)
+        return "done"
+
+    assert producer.retrying(ask, "InitProducerId", 30.0) == "done"
+    assert len(pauses) == 8 and max(pauses) <= wire.CONCURRENT_POLL

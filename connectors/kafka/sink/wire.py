@@ -85,6 +85,11 @@ T = TypeVar("T")
 #: aborted transaction open a new one, so transactions on the wire need 3.6 or later.
 VERIFYING_ADD_PARTITIONS = 4
 
+#: CONCURRENT_TRANSACTIONS: the previous transaction of this transactional.id still writing
+#: its commit markers (``retrying`` asks again at this interval).
+CONCURRENT_TRANSACTIONS = 51
+CONCURRENT_POLL = 0.05
+
 #: Why the wire path was not taken, logged once per process and reason.
 _SKIPPED: set[str] = set()
 
@@ -454,6 +459,12 @@ class WireProducer:
                     if group is not None:
                         self.groups.pop(group, None)
                 pause = self.backoff(attempt, reconnect=lost)
+                if e.code == CONCURRENT_TRANSACTIONS:
+                    # The previous transaction's markers are still being written: they end
+                    # on the broker's time, not ours, so poll at a short, fixed interval
+                    # (Java polls AddPartitionsToTxn at 20 ms) instead of doubling to 1 s,
+                    # which overshot their end by up to a second per task.
+                    pause = min(pause, CONCURRENT_POLL)
                 attempt += 1
                 if e.code not in RETRIABLE or time.monotonic() + pause > deadline:
                     if e.code in RETRIABLE:
