@@ -58,7 +58,8 @@ def test_key_and_value_with_subjects_and_a_pinned_version() -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     ({"valueFormat": "avro"}, r"schemaRegistry\.url.*is required"),
-    ({"valueFormat": "json", **URL}, r"valueFormat.*\['binary', 'avro', 'json-schema'\]"),
+    ({"valueFormat": "json", **URL},
+     r"valueFormat.*\['binary', 'avro', 'json-schema', 'protobuf'\]"),
     ({"valueFormat": "avro", "valueSchemaVersion": "0", **URL}, r"valueSchemaVersion.*'latest'"),
     ({"valueSubject": "x"}, r"valueSubject.*is set but valueFormat is binary"),
     ({**URL}, r"schemaRegistry\.url.*is set but neither keyFormat nor valueFormat"),

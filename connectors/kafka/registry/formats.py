@@ -28,16 +28,25 @@ from connectors.core.options import option_error
 from connectors.kafka.registry.client import RegistrySpec, client_for
 
 #: The formats a key or value column can have. ``binary`` is Spark's Kafka source: bytes.
-FORMATS = ("binary", "avro", "json-schema")
-REGISTRY_FORMATS = frozenset({"avro", "json-schema"})
+FORMATS = ("binary", "avro", "json-schema", "protobuf")
+REGISTRY_FORMATS = frozenset({"avro", "json-schema", "protobuf"})
 #: The registry's ``schemaType`` of each format
-SCHEMA_TYPES = {"avro": "AVRO", "json-schema": "JSON"}
+SCHEMA_TYPES = {"avro": "AVRO", "json-schema": "JSON", "protobuf": "PROTOBUF"}
 #: The formats the sink writes so far
-SINK_FORMATS = ("binary", "avro", "json-schema")
+SINK_FORMATS = ("binary", "avro", "json-schema", "protobuf")
 
 
 def column_type(kind: str, schema: str, column: str) -> pa.DataType:
-    """The Arrow (Spark) type of a reader schema of format ``kind``."""
+    """The Arrow (Spark) type of a reader schema of format ``kind`` (a Protobuf one as
+    :func:`~connectors.kafka.registry.protobuf.pack` made it)."""
+    if kind == "protobuf":
+        try:
+            from connectors.kafka.registry import protobuf
+        except ImportError as e:
+            raise OptionError(f"eo_kafka: {column}Format=protobuf needs the protobuf package: "
+                              'pip install "pyspark-exactly-once[protobuf]"',
+                              option=f"{column}Format") from e
+        return protobuf.reader_type(schema, column)
     if kind == "json-schema":
         from connectors.kafka.registry import json_schema
 
@@ -150,9 +159,22 @@ def resolve(formats: SourceFormats) -> SourceFormats:
                 f"eo_kafka: subject {c.subject!r} holds a {found.schema_type} schema, but "
                 f"{c.column}Format is {c.kind}; set {c.column}Format to the subject's format",
                 option=f"{c.column}Format")
-        column_type(c.kind, found.schema, c.column)
-        columns.append(dataclasses.replace(c, schema=found.schema, schema_id=found.id))
+        text = found.schema
+        if c.kind == "protobuf":  # self-contained: its imports travel with it
+            if not _has_protobuf():
+                column_type(c.kind, "", c.column)  # raises, with the install hint
+            from connectors.kafka.registry import protobuf, protobuf_schema
+
+            text = protobuf.pack(protobuf_schema.registered_files(client, found))
+        column_type(c.kind, text, c.column)
+        columns.append(dataclasses.replace(c, schema=text, schema_id=found.id))
     return dataclasses.replace(formats, columns=tuple(columns))
+
+
+def _has_protobuf() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("google.protobuf") is not None
 
 
 def arrow_schema(base: pa.Schema, formats: SourceFormats | None) -> pa.Schema:
@@ -192,10 +214,23 @@ def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
 
     from connectors.kafka.registry.json_schema import JsonSchemaDecoder
 
+    def writer_file(schema_id: int) -> Any:
+        from connectors.kafka.registry import protobuf_schema
+
+        found = client.schema_by_id(schema_id)
+        return None if found is None else protobuf_schema.build_pool(
+            protobuf_schema.registered_files(client, found))
+
     decoders: dict[str, Any] = {}
     for c in formats.columns:
         if c.schema is None:
             raise ValueError(f"{c.column}: the format is not resolved")
+        if c.kind == "protobuf":
+            from connectors.kafka.registry.protobuf import ProtobufDecoder
+
+            decoders[c.column] = ProtobufDecoder(c.column, c.schema, c.schema_id, writer_file,
+                                                 c.subject)
+            continue
         decoders[c.column] = (
             JsonSchemaDecoder(c.column, c.schema, c.subject) if c.kind == "json-schema"
             else AvroDecoder(c.column, c.schema, c.schema_id, writer_schema, c.subject))

@@ -56,7 +56,7 @@ class ColumnEncoding:
     #: resolved on the driver
     schema: str | None = None
     schema_id: int | None = None
-    #: ``avro`` or ``json-schema``
+    #: ``avro``, ``json-schema`` or ``protobuf``
     kind: str = "avro"
 
 
@@ -175,6 +175,9 @@ def resolve(formats: SinkFormats, schema: pa.Schema, topic: str | None) -> SinkF
                                  f"has no '{c.column}' column (columns: {schema.names})")
         col_type = schema.field(i).type
         json_kind = c.kind == "json-schema"
+        if c.kind == "protobuf":
+            columns.append(_resolve_protobuf(client, formats, c, col_type, topic))
+            continue
         derived = (json_schema_sink.json_schema(col_type, formats.record_name, c.column)
                    if json_kind else
                    avro_schema(col_type, formats.record_name, formats.record_namespace))
@@ -190,6 +193,36 @@ def resolve(formats: SinkFormats, schema: pa.Schema, topic: str | None) -> SinkF
         columns.append(dataclasses.replace(c, subject=subject, schema=writer_text,
                                            schema_id=schema_id))
     return dataclasses.replace(formats, columns=tuple(columns))
+
+
+def _resolve_protobuf(client: Any, formats: SinkFormats, c: ColumnEncoding,
+                      col_type: pa.DataType, topic: str | None) -> ColumnEncoding:
+    """A protobuf column's writer schema and id: the proto3 file of its Spark type
+    (:mod:`~connectors.kafka.registry.protobuf_sink`), or the subject's latest."""
+    protobuf_sink = _protobuf_sink()
+    fdp = protobuf_sink.file_descriptor(col_type, formats.record_name,
+                                        formats.record_namespace, c.column)
+    record = f"{fdp.package}.{formats.record_name}" if fdp.package else formats.record_name
+    subject = c.subject or _subject(formats, c.column, topic, {"type": "record",
+                                                               "name": record})
+    if formats.use_latest_version:
+        found = client.subject_version(subject, "latest")
+        text, schema_id = found.schema, found.id
+        protobuf_sink.plan(protobuf_sink.message_of(text), col_type, c.column)  # it fits
+    else:
+        text = protobuf_sink.registered_text(fdp)
+        schema_id = _lookup_or_register(client, subject, text, formats, c.column, "PROTOBUF")
+    return dataclasses.replace(c, subject=subject, schema=text, schema_id=schema_id)
+
+
+def _protobuf_sink() -> Any:
+    """The Protobuf encoder, whose dependencies are an extra (imported when used)."""
+    try:
+        from connectors.kafka.registry import protobuf_sink
+    except ImportError as e:
+        raise KafkaSinkError('eo_kafka: valueFormat/keyFormat=protobuf needs the protobuf '
+                             'package: pip install "pyspark-exactly-once[protobuf]"') from e
+    return protobuf_sink
 
 
 def _subject(formats: SinkFormats, column: str, topic: str | None, derived: Any) -> str:
@@ -391,8 +424,12 @@ def encoded_schema(schema: pa.Schema, formats: SinkFormats) -> pa.Schema:
     return schema
 
 
-def encoder(enc: ColumnEncoding) -> AvroEncoder | json_schema_sink.JsonEncoder:
+def encoder(enc: ColumnEncoding) -> Any:
     """The executor's encoder of one resolved column."""
+    if enc.kind == "protobuf":
+        if enc.schema is None or enc.schema_id is None:
+            raise ValueError(f"{enc.column}: the encoding is not resolved")
+        return _protobuf_sink().ProtobufEncoder(enc.column, enc.schema, enc.schema_id)
     if enc.kind == "json-schema":
         if enc.schema_id is None:
             raise ValueError(f"{enc.column}: the encoding is not resolved")
@@ -401,7 +438,7 @@ def encoder(enc: ColumnEncoding) -> AvroEncoder | json_schema_sink.JsonEncoder:
 
 
 def encode_batch(batch: pa.RecordBatch,
-                 encoders: Mapping[str, AvroEncoder | json_schema_sink.JsonEncoder]
+                 encoders: Mapping[str, Any]
                  ) -> pa.RecordBatch:
     columns = list(batch.columns)
     schema = batch.schema

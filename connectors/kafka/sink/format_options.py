@@ -30,8 +30,9 @@ def _column(column: str) -> tuple[Opt, ...]:
     return (
         Opt(f"{column}Format", f"{column}_format", CHOICE, "binary", choices=SINK_FORMATS,
             help=f"`binary`: the `{column}` column is written as it is (binary or string); "
-            f"`avro` / `json-schema`: the `{column}` column (a struct, or a scalar) is written "
-            "as Avro / JSON in the Confluent wire format, with the schema of its Spark type "
+            f"`avro` / `json-schema` / `protobuf`: the `{column}` column (a struct, or a scalar; "
+            "a struct for `protobuf`) is written as Avro / JSON / Protobuf in the Confluent wire "
+            "format, with the schema of its Spark type "
             "(or the subject's latest); needs `schemaRegistry.url`"),
         Opt(f"{column}Subject", f"{column}_subject", STRING,
             shown_default="from `subjectNameStrategy`",

@@ -22,8 +22,9 @@ def _format_options(column: str) -> tuple[Opt, ...]:
         Opt(f"{column}Format", f"{column}_format", CHOICE, "binary",
             choices=registry_formats.FORMATS,
             help=f"`binary`: the `{column}` column is the record's bytes (Spark's schema); "
-            f"`avro` / `json-schema`: Avro / JSON in the Confluent wire format, decoded into a "
-            f"typed `{column}` column (a struct for a record or object schema) of the "
+            f"`avro` / `json-schema` / `protobuf`: Avro / JSON / Protobuf in the Confluent wire "
+            f"format, decoded into a typed `{column}` column (a struct for a record, object "
+            "schema or message) of the "
             "subject's reader schema; needs `schemaRegistry.url`"),
         Opt(f"{column}Subject", f"{column}_subject", STRING,
             shown_default=f"`<topic>-{column}`",
