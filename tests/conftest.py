@@ -475,6 +475,33 @@ def registry_url(schema_registry: Any) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def registry_behind_basic_auth(request: pytest.FixtureRequest, schema_registry: Any,
+                               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's registry behind nginx with HTTP basic auth (tests/services/nginx.py):
+    a :class:`~tests.services.nginx.BasicAuthProxy` whose ``url`` takes ``user``/
+    ``password`` and answers 401 to anything else. Needs the ``nginx`` binary (Debian
+    ``nginx-light``, which scripts/run-tests installs); without it, skip (fail under CI)."""
+    from connectors.core.errors import ConnectorError
+    from tests.services.nginx import BasicAuthProxy, nginx_binary
+
+    if nginx_binary() is None:
+        unavailable("nginx (basic auth in front of the registry)",
+                    "no nginx binary (Debian: apt-get install nginx-light)")
+    proxy = BasicAuthProxy(schema_registry.url, "eo-registry", f"pw-{uuid.uuid4().hex}",
+                           str(tmp_path_factory.mktemp("nginx")))
+    try:
+        proxy.start()
+    except ConnectorError as e:
+        unavailable("nginx (basic auth in front of the registry)", str(e))
+    announce(request, f"registry auth proxy: nginx {proxy.version} (auth_basic) at {proxy.url}, "
+              f"log {proxy.log_path}")
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 # -- S3 --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def s3_service(request: pytest.FixtureRequest,

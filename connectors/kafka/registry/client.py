@@ -73,6 +73,8 @@ class RegistrySpec:
     timeout: float = DEFAULT_TIMEOUT
     #: the user's spelling of the option prefix, for messages
     prefix: str = field(default="schemaRegistry.", compare=False)
+    #: ``user_info`` came from the URL (``http://user:password@host``), for messages
+    credentials_in_url: bool = field(default=False, compare=False)
 
     @classmethod
     def parse(cls, family: str, values: Mapping[str, str],
@@ -94,13 +96,30 @@ class RegistrySpec:
             raise option_error(family, prefix + "url", "is required by a registry format",
                                "give the registry's base URL, e.g. 'http://localhost:8081'")
         urls = tuple(u.strip().rstrip("/") for u in raw_urls.split(",") if u.strip())
+        in_url: set[str] = set()
         for u in urls:
             parts = urllib.parse.urlsplit(u)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise option_error(family, prefix + "url",
                                    f"has an invalid URL {redact_url(u)!r}",
                                    "give http(s)://host:port[/path]")
+            if parts.username is not None:
+                in_url.add(urllib.parse.unquote(parts.username) + ":"
+                           + urllib.parse.unquote(parts.password or ""))
         user_info = get("basic.auth.user.info")
+        from_url = bool(in_url)
+        if from_url:
+            # As confluent-kafka's client: a URL's user:password is the basic auth (urllib
+            # would take it for part of the host name), given once.
+            if user_info is not None or len(in_url) > 1:
+                raise option_error(family, prefix + "url",
+                                   "carries credentials, and so does "
+                                   + (f"{prefix}basic.auth.user.info" if user_info is not None
+                                      else "another of its URLs, different ones"),
+                                   f"give user:password once, in {prefix}basic.auth.user.info "
+                                   "or in the URL")
+            user_info = in_url.pop()
+            urls = tuple(_without_user_info(u) for u in urls)
         if user_info is not None and ":" not in user_info:
             raise option_error(family, prefix + "basic.auth.user.info",
                                "is not of the form user:password", "give 'user:password'")
@@ -131,6 +150,7 @@ class RegistrySpec:
             key_password=Secret(password) if password is not None else None,
             timeout=timeout,
             prefix=prefix,
+            credentials_in_url=from_url,
         )
 
     def shown_urls(self) -> str:
@@ -201,11 +221,8 @@ class RegistryClient:
                 if e.code == 404 and not_found:
                     return None
                 if e.code in (401, 403):
-                    raise RegistryError(
-                        f"{self.family}: the schema registry at {redact_url(base)} refused "
-                        f"{method} {path} (HTTP {e.code}: {detail['message']}); check "
-                        f"{self.spec.prefix}basic.auth.user.info (user:password)",
-                        status=e.code, code=detail["code"]) from None
+                    raise RegistryError(self._refused(base, method, path, e.code, detail),
+                                        status=e.code, code=detail["code"]) from None
                 if e.code < 500:
                     raise RegistryError(
                         f"{self.family}: the schema registry at {redact_url(base)} answered "
@@ -220,6 +237,22 @@ class RegistryClient:
             f"({method} {path}, {time.monotonic() - began:.1f}s, timeout "
             f"{self.spec.timeout:g}s each): {last}; check {self.spec.prefix}url and that the "
             "registry is up")
+
+    def _refused(self, base: str, method: str, path: str, status: int,
+                 detail: dict[str, Any]) -> str:
+        """HTTP 401/403: what was sent and which option to fix (never the credentials)."""
+        option = f"{self.spec.prefix}basic.auth.user.info"
+        if self.spec.user_info is None:
+            sent, fix = "no credentials were sent", f"set {option} to user:password"
+        else:
+            in_url = f"the user:password in {self.spec.prefix}url"
+            sent = f"{in_url if self.spec.credentials_in_url else option} was " + (
+                "not accepted" if status == 401 else "accepted, but that user may not do this")
+            fix = (f"correct it (or give it as {option} instead)"
+                   if self.spec.credentials_in_url else "check its user and password")
+        what = "unauthorized" if status == 401 else "forbidden"
+        return (f"{self.family}: the schema registry at {redact_url(base)} refused {method} "
+                f"{path} as {what} (HTTP {status}: {detail['message']}): {sent}; {fix}")
 
     # -- lookups -------------------------------------------------------------------------
     def schema_by_id(self, schema_id: int) -> RegisteredSchema | None:
@@ -266,6 +299,12 @@ class RegistryClient:
             self._by_version[(subject, found.version or 0)] = found
             self._by_id.setdefault(found.id, found)
         return found
+
+
+def _without_user_info(url: str) -> str:
+    """``http://user:password@host:port/path`` -> ``http://host:port/path``."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _error_body(e: urllib.error.HTTPError) -> dict[str, Any]:
