@@ -343,3 +343,13 @@ def test_descriptor_proto_names_are_fully_qualified() -> None:
     inner = next(f for f in msg.field if f.name == "inner")
     assert inner.type == descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
     assert inner.type_name == ".eo.test.Trade.Inner"
+
+
+def test_a_writer_field_of_another_type_fails_naming_the_record() -> None:
+    reader = 'syntax = "proto3"; message R { int64 id = 1; }'
+    writer = 'syntax = "proto3"; message R { string id = 1; }'
+    writers = {2: _compiled(writer)}
+    good = _framed(1, [0], _class(_compiled(reader), [0])(id=1))
+    bad = _framed(2, [0], _class(writers[2], [0])(id="x"))
+    with pytest.raises(DecodeError, match=r"value\.id at topic t partition 0 offset 1"):
+        _decoder(reader, 1, writers).decode(pa.array([good, bad]), _where)

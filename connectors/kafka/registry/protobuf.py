@@ -29,6 +29,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescript
 
 from connectors.kafka.registry import protobuf_schema as ps
 from connectors.kafka.registry.avro import HEADER, MAGIC, DecodeError
+from connectors.kafka.registry.client import RegistryError
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -165,6 +166,8 @@ class ProtobufDecoder:
                 msg = cls.FromString(payload[start:])
                 for col, get in zip(columns, getters, strict=True):
                     col.append(get(msg))
+            except RegistryError:
+                raise  # the registry unreachable: not the record's fault, never a dead letter
             except Exception as e:  # noqa: BLE001 - upb's DecodeError, a bad index path, ...
                 raise DecodeError(
                     f"eo_kafka: cannot decode the {self.column} at {where(i)} (schema id "
@@ -176,11 +179,21 @@ class ProtobufDecoder:
             try:
                 children.append(pa.array(col, type=f.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                row = next((r for r, v in enumerate(col) if not _fits(v, f.type)), 0)
                 raise DecodeError(
-                    f"eo_kafka: a {self.column}.{f.name} near {where(0)} does not fit the "
-                    f"Spark type {f.type} of the reader schema: {e}") from e
+                    f"eo_kafka: the {self.column}.{f.name} at {where(row)} does not fit the "
+                    f"Spark type {f.type} of the reader schema (a writer's field of another "
+                    f"type under the same name?): {e}") from e
         mask = pa.array([not v for v in valid], pa.bool_())
         return pa.StructArray.from_arrays(children, fields=list(self.type), mask=mask)
+
+
+def _fits(value: Any, t: pa.DataType) -> bool:
+    try:
+        pa.array([value], type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return False
+    return True
 
 
 def _getter(reader: FieldDescriptor, writer: FieldDescriptor | None) -> Getter:
