@@ -139,7 +139,18 @@ def test_lag_shows_only_committed_partitions(fakes: Any, capsys: Any) -> None:
     group = fakes.consumers["g"].calls
     assert [c[:2] for c in group if c[0] == "committed"] == [("committed", 3)]
     assert not any(c[0] == "end" for c in group)
-    # the partition the plain answer had no offset for is asked again stably, once
+    # every partition of the topics it has offsets on answered: topic u, which the group
+    # never read, is not asked again stably
+    assert "g/stable" not in fakes.consumers
+
+
+def test_lag_asks_stably_again_for_a_partition_of_a_topic_the_group_reads(
+        fakes: Any, capsys: Any) -> None:
+    fakes.offsets.update({("t", 0): 4})
+    code, out, err = lag(capsys, "--group", "g", "--json")
+    assert code == 0, err
+    # t[1] had no offset in the plain answer (it may be older than the group's commits):
+    # asked again stably, once; u's partition is not
     stable = fakes.consumers["g/stable"].calls
     assert [c[:2] for c in stable if c[0] == "committed"] == [("committed", 1)]
     assert stable[-1] == ("close",)
