@@ -206,3 +206,50 @@ def test_sink_protobuf_reads_back_with_confluents_deserializer_in_both_modes(
         assert dict(m4.attrs) == {"a": 4} and m4.inner.x == 8 and m4.inner.ok
         back = _reader(spark, kafka_bootstrap, topic, registry_url)
         assert Counter(repr(r) for r in back.select("value.*").collect()) == want
+
+
+def test_spark_writer_with_use_latest_version_writes_confluents_registered_message(
+        spark: Any, kafka_bootstrap: str, new_topic: Any, registry_url: str,
+        tmp_path: Any) -> None:
+    """The subject's latest schema is the one confluent-kafka's ``ProtobufSerializer``
+    registered; Spark's ``df.write.format("eo_kafka")`` with ``valueFormat=protobuf`` and
+    ``useLatestVersion=true`` writes a subset of its fields (the rest take their defaults),
+    read back by the serializer's own class and by our source; a column the message lacks
+    is refused before anything is written."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = new_topic()
+    v1 = _classes(tmp_path, 1)
+    _serialize(registry_url, topic, [_trade(v1, 0)])  # registers the subject's schema only
+    df = spark.range(0, 30, numPartitions=2).selectExpr(
+        "named_struct('id', id, 'symbol', concat('S', cast(id as string)), "
+        "'note', if(id % 2 = 0, null, 'x'), 'ts', timestamp_seconds(1700000000 + id)) as value")
+
+    def write(frame: Any) -> None:
+        (frame.write.format("eo_kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+         .option("topic", topic).option("sink_id", f"s{uuid.uuid4().hex[:8]}")
+         .option("walPath", str(tmp_path / f"wal-{uuid.uuid4().hex[:6]}"))
+         .option("batchId", 0).option("valueFormat", "protobuf")
+         .option("useLatestVersion", "true").option("schemaRegistry.url", registry_url)
+         .mode("append").save())
+
+    from connectors.core.errors import ConnectorError
+
+    with pytest.raises(Exception, match=r"value\.nope has no field in the Protobuf message"
+                       ) as refused:
+        write(df.selectExpr("named_struct('id', 1L, 'nope', 2) as value"))
+    assert isinstance(refused.value, ConnectorError) or "KafkaSinkError" in str(refused.value)
+    assert read_topic(kafka_bootstrap, topic) == []
+    write(df)
+    messages = read_topic(kafka_bootstrap, topic)
+    de = ProtobufDeserializer(v1, {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    got = sorted((de(m.value(), ctx) for m in messages), key=lambda m: m.id)
+    assert [(m.id, m.symbol, m.note if m.HasField("note") else None, m.ts.seconds, m.qty)
+            for m in got] == [(i, f"S{i}", None if i % 2 == 0 else "x", 1700000000 + i, 0)
+                              for i in range(30)]
+    back = _reader(spark, kafka_bootstrap, topic, registry_url).select(
+        "value.id", "value.note", "value.qty", "value.side").collect()
+    assert sorted(tuple(r) for r in back) == [
+        (i, None if i % 2 == 0 else "x", 0, "BUY") for i in range(30)]

@@ -353,3 +353,26 @@ def test_a_writer_field_of_another_type_fails_naming_the_record() -> None:
     bad = _framed(2, [0], _class(writers[2], [0])(id="x"))
     with pytest.raises(DecodeError, match=r"value\.id at topic t partition 0 offset 1"):
         _decoder(reader, 1, writers).decode(pa.array([good, bad]), _where)
+
+
+def test_proto_text_with_a_registry_reference_compiles_with_its_import() -> None:
+    """A schema in .proto text whose import is a registry reference: the reference is
+    fetched by subject and version and given to protoc as the imported file."""
+    from types import SimpleNamespace
+
+    common = 'syntax = "proto3"; package c; message Money { int64 units = 1; }'
+    main = ('syntax = "proto3"; package m; import "c/money.proto"; '
+            'import "google/protobuf/timestamp.proto"; '
+            'message Order { c.Money total = 1; google.protobuf.Timestamp at = 2; }')
+    subjects = {("money", 1): SimpleNamespace(schema=common, references=())}
+
+    class Registry:  # answers subject_version as the registry does
+        def subject_version(self, subject: str, version: Any) -> Any:
+            return subjects[(subject, version)]
+
+    found = SimpleNamespace(schema=main, references=(
+        {"name": "c/money.proto", "subject": "money", "version": 1},))
+    files = ps.registered_files(Registry(), found)
+    desc = ps.message_at(pb.unpack(pb.pack(files)), [0])
+    assert ps.arrow_type(desc) == pa.struct([("total", pa.struct([("units", pa.int64())])),
+                                             ("at", pa.timestamp("us", tz="UTC"))])

@@ -148,9 +148,18 @@ def registered_text(fdp: descriptor_pb2.FileDescriptorProto) -> str:
     return base64.b64encode(fdp.SerializeToString()).decode("ascii")
 
 
+#: A schema with its imports (a packed ``FileDescriptorSet``): the subject's latest with its
+#: registry references, resolved on the driver for useLatestVersion.
+PACKED = "fds:"
+
+
 def message_of(schema: str) -> Descriptor:
-    """The first message of a registered schema (base64 or ``.proto`` text, which the sink
-    gets only with useLatestVersion; imports: the well-known files)."""
+    """The first message of a schema: :data:`PACKED` with its imports, or a registered one
+    (base64 or ``.proto`` text; imports: the well-known files)."""
+    if schema.startswith(PACKED):
+        from connectors.kafka.registry.protobuf import unpack
+
+        return ps.message_at(unpack(schema[len(PACKED):]), [0])
     return ps.message_at(ps.build_pool(ps.file_proto(schema)), [0])
 
 

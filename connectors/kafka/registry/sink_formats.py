@@ -206,8 +206,12 @@ def _resolve_protobuf(client: Any, formats: SinkFormats, c: ColumnEncoding,
     subject = c.subject or _subject(formats, c.column, topic, {"type": "record",
                                                                "name": record})
     if formats.use_latest_version:
-        found = client.subject_version(subject, "latest")
-        text, schema_id = found.schema, found.id
+        from connectors.kafka.registry import protobuf, protobuf_schema
+
+        found = client.subject_version(subject, "latest")  # with its references, packed:
+        text = protobuf_sink.PACKED + protobuf.pack(protobuf_schema.registered_files(
+            client, found))
+        schema_id = found.id
         protobuf_sink.plan(protobuf_sink.message_of(text), col_type, c.column)  # it fits
     else:
         text = protobuf_sink.registered_text(fdp)
