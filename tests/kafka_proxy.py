@@ -7,7 +7,8 @@ correlation id). A :class:`Fault` picks requests (``api`` and ``min_size``) and 
 
 - ``hold``: the request (and everything after it on that connection, as TCP would) reaches
   the broker ``seconds`` late. A client that gives up and closes meanwhile does not stop
-  it: the held bytes are still delivered, then the upstream connection is closed. This is
+  it: the held bytes are still delivered, then the upstream connection is closed (if the
+  broker closed it meanwhile, idle, they go on a new connection of their own). This is
   the late Produce of issue 34.
 - ``drop_answer``: the request is delivered, its answer never reaches the client (the
   connection stays open: the client sees only its own timeout).
@@ -100,7 +101,15 @@ class _Link:
                     # Read the whole request first (the client's send completes), then sit.
                     rest = _read(self.client, max(0, size - len(first))) or b""
                     time.sleep(fault.seconds)
-                    self.upstream.sendall(head + first + rest)
+                    try:
+                        self.upstream.sendall(head + first + rest)
+                    except OSError:
+                        # The broker closed the connection while it sat idle
+                        # (connections.max.idle.ms shorter than the hold, as on the cluster
+                        # tier): the late copy still reaches it, on a connection of its own.
+                        _deliver_alone(self.proxy.target, head + first + rest)
+                        fault.delivered.append(time.monotonic())
+                        break
                     fault.delivered.append(time.monotonic())
                     continue
                 self.upstream.sendall(head + first)
@@ -186,6 +195,16 @@ class KafkaProxy(TcpProxy):
 
     def __enter__(self) -> KafkaProxy:
         return self.start()
+
+
+def _deliver_alone(target: tuple[str, int], frame: bytes) -> None:
+    """Send one request on a new connection and wait for its answer (so the broker has
+    handled it), then close."""
+    with socket.create_connection(target, timeout=30) as late:
+        late.sendall(frame)
+        head = _read(late, 4)
+        if head is not None:
+            _read(late, struct.unpack(">i", head)[0])
 
 
 def _read(sock: socket.socket, n: int) -> bytes | None:

@@ -2,8 +2,9 @@
 scripted peer on loopback: answers matched by correlation id, a connection closed for good
 on anything out of protocol, the frame size limit; SCRAM's iteration bounds, the session
 lifetime, the settings it honours or routes to librdkafka, and exclusive leases of a
-producer that is not thread-safe. The client's behaviour against real brokers is in
-tests/integration/test_kafka_late_answers.py and the cluster tier."""
+producer that is not thread-safe. The client's behaviour against real brokers is in the
+cluster tier (tests/integration/cluster_kafka: late and lost answers through a proxy per
+node, node kills) and tests/integration/test_kafka_late_answers.py (other broker versions)."""
 
 from __future__ import annotations
 

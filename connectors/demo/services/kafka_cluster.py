@@ -41,11 +41,15 @@ _NODE_PROPERTIES = """\
 process.roles=broker,controller
 node.id={node_id}
 controller.quorum.voters={voters}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+# Clients use PLAINTEXT (advertised at ``advertised_port``, a proxy's when one sits in
+# front); replication has its own listener, always direct, so a proxy's faults never touch it.
+listeners=PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{replication_port},\
+CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{advertised_port},\
+REPLICATION://127.0.0.1:{replication_port}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=REPLICATION
 log.dirs={data_dir}
 num.partitions=1
 default.replication.factor={replicas}
@@ -82,10 +86,14 @@ _LEAN_JVM = ("-XX:+UseSerialGC", "-XX:CICompilerCount=2", "-XX:TieredStopAtLevel
 class Node:
     """One KRaft node (broker + controller) of a :class:`KafkaCluster`."""
 
-    def __init__(self, cluster: KafkaCluster, node_id: int) -> None:
+    def __init__(self, cluster: KafkaCluster, node_id: int,
+                 advertised_port: int | None = None) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self.port = free_port()
+        #: The port clients are told (a proxy's in front of ``port``, or ``port``).
+        self.advertised_port = advertised_port or self.port
+        self.replication_port = free_port()
         self.controller_port = free_port()
         self.workdir = cluster.workdir / f"node{node_id}"
         self.log_path = str(self.workdir / "broker.log")
@@ -94,7 +102,13 @@ class Node:
 
     @property
     def address(self) -> str:
+        """The client listener itself (no proxy)."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def advertised_address(self) -> str:
+        """Where clients connect: the advertised port (a proxy's, if one was given)."""
+        return f"127.0.0.1:{self.advertised_port}"
 
     @property
     def pid(self) -> int | None:
@@ -111,6 +125,7 @@ class Node:
         c = self.cluster
         props = _NODE_PROPERTIES.format(
             node_id=self.node_id, voters=voters, port=self.port,
+            advertised_port=self.advertised_port, replication_port=self.replication_port,
             controller_port=self.controller_port, data_dir=self.workdir / "data",
             replicas=min(3, len(c.nodes)), min_isr=c.min_isr)
         props += "".join(f"{k}={v}\n" for k, v in extra.items())
@@ -159,13 +174,22 @@ class KafkaCluster:
     ``bootstrap`` lists every node. ``extra_properties`` go into every node's
     ``server.properties`` (``connections.max.idle.ms`` and so on). The files live in
     ``workdir`` (a temp directory by default, removed by :meth:`close` unless ``keep``).
+
+    ``advertised_ports`` (one per node): the port each node's client listener advertises,
+    so a proxy listening there and forwarding to ``node.port`` carries every client
+    connection (bootstrap, leaders, coordinators); ``bootstrap`` then lists those ports.
+    Replication and the controllers use their own listeners, never proxied.
     """
 
     def __init__(self, *, size: int = 3, version: str | None = None,
                  workdir: str | None = None, heap: str = "320m", min_isr: int = 2,
-                 extra_properties: dict[str, str] | None = None, keep: bool = False) -> None:
+                 extra_properties: dict[str, str] | None = None, keep: bool = False,
+                 advertised_ports: list[int] | None = None) -> None:
         if size < 1:
             raise ConnectorError(f"a Kafka cluster needs at least one node, not {size}")
+        if advertised_ports is not None and len(advertised_ports) != size:
+            raise ConnectorError(f"advertised_ports needs one port per node ({size}), "
+                                 f"not {len(advertised_ports)}")
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="eo-kafka-cluster-"))
         self.heap = heap
@@ -175,8 +199,9 @@ class KafkaCluster:
         self.requested_version = version
         self.version = version or maven.pom_property("kafka.version")
         self.classpath = ""
-        self.nodes = [Node(self, i + 1) for i in range(size)]
-        self.bootstrap = ",".join(n.address for n in self.nodes)
+        self.nodes = [Node(self, i + 1, advertised_ports[i] if advertised_ports else None)
+                      for i in range(size)]
+        self.bootstrap = ",".join(n.advertised_address for n in self.nodes)
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> KafkaCluster:

@@ -5,6 +5,11 @@ sink task as Spark runs it while a node is killed, stopped or paused.
 Every node closes connections idle for 5 s (``connections.max.idle.ms``), so each test also
 meets broker-side closes of idle connections (a cached producer between tasks, a coordinator
 connection between the rows and ``EndTxn``).
+
+Each node advertises a :class:`~tests.kafka_proxy.KafkaProxy` in front of its client
+listener, so every client connection (bootstrap, the leaders and coordinators metadata
+names) goes through a proxy that can hold a request, drop an answer or reset a connection
+(``proxies``); replication and the controllers talk directly on their own listeners.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import pyarrow as pa
 import pytest
 
 from connectors.core import failpoints
+from connectors.demo.services.kafka import free_port
 from connectors.demo.services.kafka_cluster import KafkaCluster
 from connectors.kafka.sink import KafkaSink
 from tests.helpers import announce, run_task_as_spark, unavailable
+from tests.kafka_proxy import KafkaProxy
 
 IDLE_MS = 5000
 
@@ -36,23 +43,36 @@ VARIANTS = {
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster(request: pytest.FixtureRequest,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+def kafka_proxied(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[KafkaCluster, dict[int, KafkaProxy]]]:
+    """The session's cluster and the proxy in front of each node (by node id)."""
     workdir = str(tmp_path_factory.mktemp("kafka-cluster"))
-    cluster = KafkaCluster(workdir=workdir,
+    cluster = KafkaCluster(workdir=workdir, advertised_ports=[free_port() for _ in range(3)],
                            extra_properties={"connections.max.idle.ms": str(IDLE_MS)})
+    proxies = [KafkaProxy(n.port, listen_port=n.advertised_port).start()
+               for n in cluster.nodes]
     began = time.monotonic()
     try:
         cluster.start()
     except Exception as e:  # noqa: BLE001 - any failure means "not available"
         cluster.close()
+        for p in proxies:
+            p.stop()
         unavailable("3-node Apache Kafka cluster", str(e))
-    announce(request, f"kafka-cluster: Apache Kafka {cluster.version}, 3 KRaft nodes on "
-             f"{cluster.bootstrap}, up in {time.monotonic() - began:.1f}s, logs {cluster.logs()}")
+    announce(request, f"kafka-cluster: Apache Kafka {cluster.version}, 3 KRaft nodes behind "
+             f"proxies on {cluster.bootstrap}, up in {time.monotonic() - began:.1f}s, "
+             f"logs {cluster.logs()}")
     try:
-        yield cluster
+        yield cluster, {n.node_id: p for n, p in zip(cluster.nodes, proxies, strict=True)}
     finally:
         cluster.close()
+        for p in proxies:
+            p.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(kafka_proxied: tuple[KafkaCluster, dict[int, KafkaProxy]]) -> KafkaCluster:
+    return kafka_proxied[0]
 
 
 @pytest.fixture
@@ -61,6 +81,18 @@ def cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
     _heal(kafka_cluster)
     yield kafka_cluster
     _heal(kafka_cluster)
+
+
+@pytest.fixture
+def proxies(cluster: KafkaCluster, kafka_proxied: tuple[KafkaCluster, dict[int, KafkaProxy]]
+            ) -> Iterator[dict[int, KafkaProxy]]:
+    """The proxy in front of each node (by node id), without faults before and after."""
+    by_node = kafka_proxied[1]
+    for p in by_node.values():
+        p.clear()
+    yield by_node
+    for p in by_node.values():
+        p.clear()
 
 
 def _heal(c: KafkaCluster) -> None:
