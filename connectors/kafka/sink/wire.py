@@ -49,6 +49,7 @@ from connectors.kafka.sink.wire_protocol import (
     API_NAMES,
     API_VERSIONS,
     CHUNK_BYTES,
+    CONCURRENT_TRANSACTIONS,
     COORDINATOR_MOVED,
     END_TXN,
     ERRORS,
@@ -85,9 +86,7 @@ T = TypeVar("T")
 #: aborted transaction open a new one, so transactions on the wire need 3.6 or later.
 VERIFYING_ADD_PARTITIONS = 4
 
-#: CONCURRENT_TRANSACTIONS: the previous transaction of this transactional.id still writing
-#: its commit markers (``retrying`` asks again at this interval).
-CONCURRENT_TRANSACTIONS = 51
+#: How often ``retrying`` asks again after CONCURRENT_TRANSACTIONS.
 CONCURRENT_POLL = 0.05
 
 #: Why the wire path was not taken, logged once per process and reason.

@@ -75,6 +75,8 @@ COORDINATOR_MOVED = frozenset({15, 16})
 #: This producer was fenced by a newer attempt of the same task.
 FENCED = frozenset({47, 90})
 DUPLICATE_SEQUENCE, OUT_OF_ORDER_SEQUENCE, NETWORK_EXCEPTION = 46, 45, 13
+#: The previous transaction of the transactional.id still writing its commit markers.
+CONCURRENT_TRANSACTIONS = 51
 
 #: The largest record batch (librdkafka's and the broker's default ``message.max.bytes``;
 #: ``kafka.message.max.bytes`` lowers or raises it).
