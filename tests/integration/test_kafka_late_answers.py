@@ -68,7 +68,8 @@ def test_every_broker_version_keeps_a_late_produce_once(versioned, tmp_path, cap
     """Each mode on its default path (the wire) against Apache Kafka 3.5.2, 3.9.1 and 4.4.0,
     through a Produce held past the client's timeout. Transactions on the wire need a broker
     that verifies a transaction's partitions (3.6+): on 3.5.2 the sink says so and uses
-    librdkafka, so that case covers librdkafka's path on the old broker."""
+    librdkafka, so that case covers librdkafka's path on the old broker. 3.9.1 has no
+    transactions v2 (KIP-890 part 2), 4.4.0 has it finalized: each takes its own."""
     version, broker, proxy = versioned
     proxy.clear()
     caplog.set_level(logging.INFO, logger="connectors.kafka.sink.wire")
@@ -82,3 +83,6 @@ def test_every_broker_version_keeps_a_late_produce_once(versioned, tmp_path, cap
     assert_topic_exact(broker.bootstrap, topic, {"value": 40_000})
     fell_back = "older than Kafka 3.6" in caplog.text
     assert fell_back == (transactional and wire and version < "3.6"), caplog.text[-2000:]
+    if transactional and not fell_back:  # KIP-890 part 2 where the cluster finalized it
+        spoken = "transactions v2 on the wire" if version >= "4" else "transactions v1"
+        assert spoken in caplog.text, caplog.text[-2000:]

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import uuid
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.kafka.sink import KafkaSink, producers, wire
-from tests.helpers import read_topic, scan_topic
+from tests.helpers import assert_topic_exact, read_topic, scan_topic
 
 
 def _sink(bootstrap: str, tmp_path, topic: str, **kw) -> KafkaSink:
@@ -176,3 +177,44 @@ def test_recovery_keys_on_the_wire_reuse_one_producer_id_and_take_headers_via_li
     assert sorted((k.batch_id, k.seq) for k in keys if k is not None) == sorted(
         [(b, s) for b in range(3) for s in range(400)] + [(3, s) for s in range(50)])
     assert sum(1 for m in got if ("h", b"x") in (m.headers() or [])) == 50
+
+
+def test_transactions_v2_join_partitions_with_the_produce_and_fence_the_ended_epoch(
+    kafka_bootstrap, new_topic
+):
+    """Apache Kafka 4.x finalizes ``transaction.version`` 2 on a new cluster (KIP-890 part
+    2): the wire path then sends no AddPartitionsToTxn or AddOffsetsToTxn, EndTxn answers
+    the bumped epoch, and a late request of the ended transaction (its epoch) is refused as
+    fenced, on a partition it wrote and on one it did not: it cannot join or open another."""
+    from connectors.kafka.sink.wire_protocol import FENCED, OUT_OF_ORDER_SEQUENCE
+
+    topic = new_topic(partitions=4)
+    tid, group = f"wire-tv2-{uuid.uuid4().hex[:8]}", f"wire-tv2-{uuid.uuid4().hex[:8]}"
+    producer = wire.WireProducer(wire.Settings.of({"bootstrap.servers": kafka_bootstrap}),
+                                 tid, "test", 30)
+    values = pa.array([b"v-%08d" % i for i in range(100)], pa.binary())
+    parts = np.arange(100, dtype=np.int64) % 2
+    try:
+        producer.init(30)
+        producer.prepare(topic, group)
+        assert producer.tv2
+        assert producer.produce(topic, 4, values, None, parts,
+                                np.argsort(parts, kind="stable")) == 100
+        assert not producer.added  # no AddPartitionsToTxn was sent
+        producer.send_offset(group, topic, 0, 5, "fact")
+        pid, epoch = producer.producer_id, producer.epoch
+        producer.end(commit=True)
+        assert (producer.producer_id, producer.epoch) == (pid, epoch + 1)
+        for part in (0, 3):
+            producer.epoch = epoch
+            producer.seqs.clear()
+            with pytest.raises(KafkaSinkError) as e:
+                producer.produce(topic, 4, values.slice(0, 1), None,
+                                 np.array([part], np.int64), np.array([0], np.int64))
+            # Partition 0 has the markers' epoch: the old one's batch is out of order there;
+            # partition 3 asks the coordinator, which knows the epoch ended.
+            assert isinstance(e.value, wire.WireError), e.value
+            assert e.value.code in (FENCED | {OUT_OF_ORDER_SEQUENCE}), e.value
+    finally:
+        producer.close()
+    assert_topic_exact(kafka_bootstrap, topic, {"v": 100})

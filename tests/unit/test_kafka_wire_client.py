@@ -17,7 +17,8 @@ import pytest
 
 from connectors.kafka.common import ClientCache
 from connectors.kafka.sink import wire, wire_protocol, wire_sasl
-from connectors.kafka.sink.wire_protocol import Connection, ConnectionLost, Settings
+from connectors.kafka.sink.wire_protocol import Connection, ConnectionLost
+from connectors.kafka.sink.wire_settings import Settings
 
 
 def _peer(script: Callable[[socket.socket], None]) -> tuple[int, threading.Thread]:

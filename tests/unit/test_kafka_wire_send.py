@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from connectors.kafka.sink import wire_send
-from connectors.kafka.sink.wire_protocol import OUT_OF_ORDER_SEQUENCE, _Reader, string
+from connectors.kafka.sink.wire_protocol import (
+    OUT_OF_ORDER_SEQUENCE,
+    _Reader,
+    compact,
+    string,
+    uvarint,
+)
 
 NOT_LEADER_OR_FOLLOWER = 6
 
@@ -18,18 +24,28 @@ NOT_LEADER_OR_FOLLOWER = 6
 class ScriptedLeader:
     """One leader's connection. Batch ``i`` of the test is 10 bytes starting with byte
     ``i``; ``codes[i]`` is the answer its first send gets (default: acknowledged). Records
-    what was sent and answered, in order."""
+    what was sent and answered, in order. Speaks Produce v7, or v12 (flexible) when the
+    request is."""
 
     def __init__(self, codes: dict[int, int]) -> None:
         self.codes = codes
         self.events: list[tuple[str, list[int]]] = []
         self.requests: dict[int, list[tuple[int, int]]] = {}
         self.broken = False
+        self.versions: set[int] = set()
 
-    def send(self, api: int, parts: list) -> int:
-        count = struct.unpack(">i", bytes(parts[0])[-4:])[0]
-        batches = [(struct.unpack(">ii", bytes(parts[1 + 2 * i]))[0], parts[2 + 2 * i][0])
-                   for i in range(count)]
+    def send(self, api: int, parts: list, version: int) -> int:
+        self.versions.add(version)
+        if version >= 9:  # [partition, uvarint size + 1] records [no tags], ... + 2 tags
+            count = bytes(parts[0])[-1] - 1
+            assert bytes(parts[-1]) == b"\x00\x00"
+            batches = [(struct.unpack_from(">i", bytes(parts[1 + 3 * i]))[0],
+                        parts[2 + 3 * i][0]) for i in range(count)]
+            assert all(bytes(parts[3 + 3 * i]) == b"\x00" for i in range(count))
+        else:
+            count = struct.unpack(">i", bytes(parts[0])[-4:])[0]
+            batches = [(struct.unpack(">ii", bytes(parts[1 + 2 * i]))[0], parts[2 + 2 * i][0])
+                       for i in range(count)]
         correlation = len(self.requests)
         self.requests[correlation] = batches
         self.events.append(("send", [i for _, i in batches]))
@@ -38,13 +54,22 @@ class ScriptedLeader:
     def receive(self, correlation: int) -> _Reader:
         batches = self.requests[correlation]
         self.events.append(("answer", [i for _, i in batches]))
+        if 12 in self.versions:  # record errors, an error message and a current leader
+            body = uvarint(2) + compact("t") + uvarint(len(batches) + 1)
+            for part, i in batches:
+                code = self.codes.pop(i, 0)
+                body += (struct.pack(">ih", part, code) + bytes(24)
+                         + uvarint(2) + struct.pack(">i", 0) + compact("bad") + b"\x00"
+                         + compact("why" if code else None)
+                         + b"\x01\x00\x08" + struct.pack(">ii", 2, 5))
+            return _Reader(body + b"\x00" + struct.pack(">i", 0) + b"\x00")
         body = struct.pack(">i", 1) + string("t") + struct.pack(">i", len(batches))
         for part, i in batches:
             body += struct.pack(">ih", part, self.codes.pop(i, 0)) + bytes(24)
         return _Reader(body + struct.pack(">i", 0))
 
 
-def _round(pid: int, codes: dict[int, int], n: int = 3):
+def _round(pid: int, codes: dict[int, int], n: int = 3, tv2: bool = False):
     """One round of ``n`` batches of partition 0 (in sequence order) to one leader."""
     data = bytearray(10 * n)
     for i in range(n):
@@ -52,7 +77,8 @@ def _round(pid: int, codes: dict[int, int], n: int = 3):
     leader = ScriptedLeader(codes)
     producer = SimpleNamespace(
         settings=SimpleNamespace(request_timeout=30.0, delivery_timeout=300.0),
-        transactional_id=None, producer_id=pid, who="test", uncertain=False,
+        transactional_id="tx" if tv2 else None, producer_id=pid, who="test", uncertain=False,
+        tv2=tv2,
         leaders={"t": np.zeros(4, dtype=np.int32)}, connection=lambda node: leader)
     sender = wire_send.Sender(producer, "t", 4, memoryview(data))  # type: ignore[arg-type]
     failed, unknown = sender.round([(0, 10 * i, 10 * i + 10) for i in range(n)])
@@ -66,13 +92,14 @@ def _forget():
     wire_send._KNOWN.clear()
 
 
-def test_a_partition_new_to_the_producer_id_waits_for_its_first_batch():
+@pytest.mark.parametrize("tv2", [False, True], ids=["produce-v7", "produce-v12"])
+def test_a_partition_new_to_the_producer_id_waits_for_its_first_batch(tv2):
     """The broker takes any sequence from a producer id it does not know: the second batch
     goes only once the first is acknowledged. Then pipelining resumes."""
-    events, failed, _ = _round(pid=7, codes={})
+    events, failed, _ = _round(pid=7, codes={}, tv2=tv2)
     assert events[:3] == [("send", [0]), ("answer", [0]), ("send", [1])]
     assert failed == []
-    events, _, _ = _round(pid=7, codes={})
+    events, _, _ = _round(pid=7, codes={}, tv2=tv2)
     assert events[:3] == [("send", [0]), ("send", [1]), ("send", [2])]
 
 
@@ -85,13 +112,14 @@ def test_a_first_batch_refused_for_now_takes_the_later_ones_back_unsent():
     assert failed == [0, 1, 2] and not unknown
 
 
-def test_a_known_producer_id_pipelines_and_sends_a_gap_again():
+@pytest.mark.parametrize("tv2", [False, True], ids=["produce-v7", "produce-v12"])
+def test_a_known_producer_id_pipelines_and_sends_a_gap_again(tv2):
     """Where the broker knows the producer id it refuses a gap, so later batches may be in
     flight; an OUT_OF_ORDER_SEQUENCE_NUMBER behind a refused batch goes again with it."""
     wire_send._KNOWN.add((9, "t", 0))
     events, failed, _ = _round(pid=9, codes={0: NOT_LEADER_OR_FOLLOWER,
                                              1: OUT_OF_ORDER_SEQUENCE,
-                                             2: OUT_OF_ORDER_SEQUENCE})
+                                             2: OUT_OF_ORDER_SEQUENCE}, tv2=tv2)
     assert events[:3] == [("send", [0]), ("send", [1]), ("send", [2])]
     assert failed == [0, 1, 2]
 
@@ -100,7 +128,8 @@ def test_concurrent_transactions_is_polled_at_a_short_fixed_interval(monkeypatch
     """The previous transaction's markers end on the broker's time: a doubling backoff (to
     1 s) overshot their end by up to a second per task."""
     from connectors.kafka.sink import wire
-    from connectors.kafka.sink.wire_protocol import Settings, WireError
+    from connectors.kafka.sink.wire_protocol import WireError
+    from connectors.kafka.sink.wire_settings import Settings
 
     producer = wire.WireProducer(Settings.of({"bootstrap.servers": "127.0.0.1:1"}), "t", "test",
                                  30.0)

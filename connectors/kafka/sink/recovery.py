@@ -59,6 +59,7 @@ from connectors.kafka import access
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import ordering
 from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
+from connectors.kafka.sink.wire_protocol import uvarint
 
 log = logging.getLogger(__name__)
 
@@ -114,15 +115,6 @@ def _tag(raw: bytes) -> bytes:
     return hashlib.blake2b(raw, digest_size=_TAG_BYTES).digest()
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _read_uvarint(value: bytes, at: int) -> tuple[int, int]:
     n = shift = 0
     while at < len(value) and shift < 70:
@@ -138,7 +130,7 @@ def _read_uvarint(value: bytes, at: int) -> tuple[int, int]:
 def key_prefix(sink_id: str, batch_id: int, writer: int, version: int = VERSION) -> bytes:
     """Everything of the header value except the trailing 8-byte seq."""
     if version == 2:
-        return bytes((2,)) + sink_tag(sink_id) + _uvarint(batch_id) + _uvarint(writer)
+        return bytes((2,)) + sink_tag(sink_id) + uvarint(batch_id) + uvarint(writer)
     if version != 1:
         raise RecoveryKeyError(f"eo-rk version {version} is not supported (known: {VERSIONS})")
     raw = _sink_bytes(sink_id)

@@ -302,11 +302,12 @@ class TransactionalWriter(KafkaWriter):
             self.facts_lease, self.facts = None, None
         if not producer.open:
             return
-        if producer.uncertain:
+        if producer.uncertain and not producer.tv2:
             # A request whose outcome is unknown may still reach a broker: an abort now could
             # let it land after the markers. The retry's InitProducerId bumps the epoch
             # instead, which aborts this transaction and fences anything of it still in
-            # flight (docs/design.md, "The wire client's failures").
+            # flight (docs/design.md, "The wire client's failures", 7). Under transactions
+            # v2 the abort itself bumps the epoch, so it is sent.
             log.info("%s %s: requests of the failed attempt have an unknown outcome; its "
                      "transaction is left to the retry's InitProducerId to abort", FAMILY,
                      self.sink_id)

@@ -2,12 +2,9 @@
 Kafka's own requests (docs/design.md, "Record batches on the wire", and "The wire client's
 failures" for what happens to requests in flight on each failure).
 
-librdkafka takes records one by one: every record becomes a message struct, a queue entry
-and a copy, and its broker thread then writes each into a batch. At 1,000 partitions that
-per-record work was about 0.45 CPU-seconds per million records in the Python worker, as much
-as the broker's own work (docs/kafka-sink.md, "Into 1,000 partitions"). Here one C call
-(``_record_batch.encode``) writes a chunk of rows as finished record batches, one per target
-partition, straight from the Arrow buffers, and :class:`WireProducer` sends them
+librdkafka takes records one by one (docs/kafka-sink.md, "Into 1,000 partitions", for what
+that costs); here one C call (``_record_batch.encode``) writes a chunk of rows as record
+batches straight from the Arrow buffers, and :class:`WireProducer` sends them
 (:mod:`connectors.kafka.sink.wire_send`):
 
 - ``FindCoordinator`` and ``InitProducerId`` with the task's transactional.id: the same
@@ -17,13 +14,12 @@ partition, straight from the Arrow buffers, and :class:`WireProducer` sends them
   producer id, epoch and each partition's next sequence);
 - the commit fact with ``AddOffsetsToTxn`` and ``TxnOffsetCommit`` (what
   ``send_offsets_to_transaction`` sends), then ``EndTxn``: commit, or abort on failure.
+  Under transactions v2 (KIP-890 part 2, where the cluster finalized it) no
+  ``AddPartitionsToTxn`` or ``AddOffsetsToTxn``: :mod:`connectors.kafka.sink.wire_flexible`.
 
-Failures are met as librdkafka meets them: a transient answer, a broken or timed-out
-connection, a leader or coordinator that moved: metadata from any live broker, a new
-connection (with backoff), the coordinator found again, and the request sent again, a
-Produce batch always with its same producer id, epoch and sequence, so the broker keeps one
-copy whatever arrives late. A batch is sent again until ``message.timeout.ms``; other
-requests until ``metadataRetryTimeout``.
+Failures are met as librdkafka meets them: a Produce batch is sent again always with its
+same producer id, epoch and sequence (so the broker keeps one copy whatever arrives late),
+until ``message.timeout.ms``; other requests until ``metadataRetryTimeout``.
 
 :func:`unsupported` says when the path does not apply (GSSAPI or OAUTHBEARER logins,
 compression, a connection setting it does not honour, no C extension); the sink then
@@ -42,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka.sink import wire_send
+from connectors.kafka.sink import wire_flexible, wire_send
 from connectors.kafka.sink.wire_protocol import (
     ADD_OFFSETS,
     ADD_PARTITIONS,
@@ -60,19 +56,21 @@ from connectors.kafka.sink.wire_protocol import (
     METADATA,
     NETWORK_EXCEPTION,
     RETRIABLE,
+    TV2_VERSIONS,
     TXN_OFFSET_COMMIT,
     VERSIONS,
     Connection,
     ConnectionLost,
-    Settings,
     UnsupportedBroker,
     WireError,
     encode,
     encoder_built,
-    not_honoured,
+    metadata_answer,
+    metadata_request,
     string,
 )
 from connectors.kafka.sink.wire_sasl import MECHANISMS, mechanism_of
+from connectors.kafka.sink.wire_settings import Settings, not_honoured
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +87,21 @@ VERIFYING_ADD_PARTITIONS = 4
 #: How often ``retrying`` asks again after CONCURRENT_TRANSACTIONS.
 CONCURRENT_POLL = 0.05
 
-#: Why the wire path was not taken, logged once per process and reason.
+#: What was logged once per process (why the wire path was not taken, the transactions'
+#: version).
 _SKIPPED: set[str] = set()
 
 
 def note_skipped(why: str) -> None:
     """Log once per process and reason that records go through librdkafka."""
-    if why not in _SKIPPED:
-        _SKIPPED.add(why)
-        log.info("%s; records go through librdkafka, not as record batches", why)
+    note_once(f"{why}; records go through librdkafka, not as record batches")
+
+
+def note_once(what: str) -> None:
+    """Log ``what`` once per process."""
+    if what not in _SKIPPED:
+        _SKIPPED.add(what)
+        log.info("%s", what)
 
 
 def available() -> bool:
@@ -147,6 +151,9 @@ class WireProducer:
         self.leaders: dict[str, np.ndarray] = {}
         self.seqs: dict[str, np.ndarray] = {}
         self.open = False
+        #: Transactions v2 (KIP-890 part 2): decided on the first connection, kept for the
+        #: producer's life (a transaction never changes version half-way).
+        self.tv2: bool | None = None
         #: Requests whose outcome is unknown (a connection lost under them and no answer
         #: came since): an abort must not race them (docs/design.md).
         self.uncertain = False
@@ -190,6 +197,12 @@ class WireProducer:
                 "verify a transaction's partitions before appending (KIP-890), so a late "
                 "Produce of an aborted transaction could open another; transactions go "
                 "through librdkafka there")
+        if self.tv2 is None:
+            self.tv2 = (self.transactional_id is not None
+                        and wire_flexible.transactions_v2(conn, ranges, LOOKUP_TIMEOUT))
+            if self.transactional_id is not None:
+                note_once(f"{self.who}: transactions v{2 if self.tv2 else 1} on the wire "
+                          f"(broker {conn.address})")
 
     def connection(self, node: int) -> Connection:
         """A working connection to ``node`` (a new one when the last broke or its SASL
@@ -271,26 +284,10 @@ class WireProducer:
         while one of the first ``partitions``, or of all the broker names, has none)."""
 
         def ask() -> None:
-            r = self.connect().call(METADATA, struct.pack(">i", 1) + string(topic) + b"\x00",
-                                    LOOKUP_TIMEOUT)
-            r.take(">i")  # throttle
-            for node, host, port, _rack in r.array(
-                    lambda: (r.take(">i"), r.string(), r.take(">i"), r.string())):
-                self.brokers[node] = (host or "", port)
-            r.string()  # cluster id
-            r.take(">i")  # controller
-            found: dict[int, int] = {}
-            for _ in range(r.take(">i")):
-                error = r.take(">h")
-                name = r.string()
-                r.take(">b")
-                for _ in range(r.take(">i")):
-                    perror, index, leader, _epoch = r.take(">hiii")
-                    for _ in range(3):  # replicas, isr, offline
-                        count = r.take(">i")
-                        r.at += 4 * max(count, 0)
-                    if name == topic:
-                        found[index] = leader if perror == 0 else -1
+            r = self.connect().call(METADATA, metadata_request(topic), LOOKUP_TIMEOUT)
+            brokers, errors, found = metadata_answer(r, topic)
+            self.brokers.update(brokers)
+            for name, error in errors:
                 self._check(error, f"Metadata of topic {name!r}")
             leaders = np.full(max(partitions, len(found)), -1, dtype=np.int64)
             for index, leader in found.items():
@@ -306,6 +303,9 @@ class WireProducer:
 
     # -- the transaction ------------------------------------------------------------------------
     def add_partitions(self, topic: str, partitions: Iterable[int]) -> None:
+        if self.tv2:  # each partition joins with its first Produce
+            self.open = True
+            return
         todo = sorted({int(p) for p in partitions} - {p for t, p in self.added if t == topic})
         if not todo:
             return
@@ -369,6 +369,13 @@ class WireProducer:
                     metadata: str) -> None:
         """``send_offsets_to_transaction`` of one offset: AddOffsetsToTxn, then
         TxnOffsetCommit to the group's coordinator."""
+        if self.tv2:  # the group joins with the TxnOffsetCommit
+            self.open = True
+            body = wire_flexible.txn_offset_commit(
+                str(self.transactional_id), group, self.producer_id, self.epoch, topic,
+                partition, offset, metadata)
+            self._commit_offset(group, body, TV2_VERSIONS[TXN_OFFSET_COMMIT])
+            return
         ids = struct.pack(">qh", self.producer_id, self.epoch)
 
         def add() -> None:
@@ -383,30 +390,49 @@ class WireProducer:
                 + string(topic) + struct.pack(">iiqi", 1, partition, offset, -1)
                 + string(metadata))
 
+        self._commit_offset(group, body, VERSIONS[TXN_OFFSET_COMMIT])
+
+    def _commit_offset(self, group: str, body: bytes, version: int) -> None:
         def commit() -> None:
-            r = self.group_coordinator(group).call(TXN_OFFSET_COMMIT, body)
-            r.take(">i")
-            for _ in range(r.take(">i")):
-                r.string()
+            r = self.group_coordinator(group).call(TXN_OFFSET_COMMIT, body, version=version)
+            if version >= TV2_VERSIONS[TXN_OFFSET_COMMIT]:
+                errors = wire_flexible.txn_offset_commit_errors(r)
+            else:
+                r.take(">i")  # throttle
+                errors = []
                 for _ in range(r.take(">i")):
-                    _, error = r.take(">ih")
-                    if error in COORDINATOR_MOVED:
-                        self.groups.pop(group, None)
-                    self._check(error, f"TxnOffsetCommit of group {group!r}")
+                    r.string()
+                    errors.extend(r.take(">ih")[1] for _ in range(r.take(">i")))
+            for error in errors:
+                if error in COORDINATOR_MOVED:
+                    self.groups.pop(group, None)
+                self._check(error, f"TxnOffsetCommit of group {group!r}")
 
         self.retrying(commit, f"TxnOffsetCommit of group {group!r}", self.retry_timeout,
                       group=group)
 
     def end(self, commit: bool) -> None:
         """``EndTxn``: commit or abort what this attempt added. Sent again after a lost
-        answer: the coordinator answers a repeated EndTxn of the same outcome with success."""
-        body = string(self.transactional_id) + struct.pack(">qhb", self.producer_id, self.epoch,
-                                                          1 if commit else 0)
+        answer: the coordinator answers a repeated EndTxn of the same outcome with success
+        (under transactions v2 too: it knows the epoch it bumped)."""
+        if self.tv2:
+            body = wire_flexible.end_txn(str(self.transactional_id), self.producer_id,
+                                         self.epoch, commit)
+        else:
+            body = string(self.transactional_id) + struct.pack(
+                ">qhb", self.producer_id, self.epoch, 1 if commit else 0)
 
         def ask() -> None:
-            r = self.txn_coordinator().call(END_TXN, body)
-            _, error = r.take(">ih")
+            if self.tv2:
+                r = self.txn_coordinator().call(END_TXN, body, version=TV2_VERSIONS[END_TXN])
+                error, pid, epoch = wire_flexible.end_txn_answer(r)
+            else:
+                r = self.txn_coordinator().call(END_TXN, body)
+                _, error = r.take(">ih")
             self._check(error, "EndTxn", coordinator=True)
+            if self.tv2 and pid >= 0:  # the epoch the markers carry: the next one's
+                self.producer_id, self.epoch = pid, epoch
+                self.seqs.clear()
 
         self.retrying(ask, "EndTxn (commit)" if commit else "EndTxn (abort)",
                       self.retry_timeout)

@@ -3,21 +3,20 @@
 librdkafka configuration, one broker connection, and the record-batch encoder's Python side
 (``_record_batch.encode``, C).
 
-Only request versions without tagged fields are used (Produce 7, Metadata 7,
+The request versions without tagged fields are used (Produce 7, Metadata 7,
 FindCoordinator 1, InitProducerId 1, AddPartitionsToTxn 2, AddOffsetsToTxn 2, EndTxn 2,
 TxnOffsetCommit 2: Kafka 2.1 and later, 4.x included); ``ApiVersions`` confirms them on
-every new bootstrap connection.
+every new bootstrap connection. Where the cluster has transactions v2 (KIP-890 part 2), the
+transactional path speaks the flexible versions of :data:`TV2_VERSIONS` instead
+(:mod:`connectors.kafka.sink.wire_flexible`).
 """
 
 from __future__ import annotations
 
-import os
 import socket
-import ssl
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,10 +27,10 @@ from connectors.kafka.common import FAMILY
 from connectors.kafka.sink.wire_sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
-    Login,
     SaslFailed,
     authenticate,
 )
+from connectors.kafka.sink.wire_settings import Settings
 
 try:  # built at install time where a C compiler is (setup.py)
     from connectors.kafka.sink import _record_batch  # type: ignore[attr-defined]
@@ -44,6 +43,15 @@ INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 
 VERSIONS = {PRODUCE: 7, METADATA: 7, FIND_COORDINATOR: 1, INIT_PRODUCER_ID: 1,
             ADD_PARTITIONS: 2, ADD_OFFSETS: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 2,
             SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 1}
+#: Transactions v2 (KIP-890 part 2, Kafka 4.0): the partitions and the fact group join the
+#: transaction with the Produce and TxnOffsetCommit themselves, and every EndTxn bumps the
+#: producer epoch. ApiVersions v3 tells whether the cluster finalized ``transaction.version``.
+TV2_VERSIONS = {PRODUCE: 12, END_TXN: 5, TXN_OFFSET_COMMIT: 5, API_VERSIONS: 3}
+#: The first version of each request with tagged fields (KIP-482: a header with tagged
+#: fields, compact strings and arrays); an ApiVersions answer's header never has them.
+FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, FIND_COORDINATOR: 3, INIT_PRODUCER_ID: 2,
+                 ADD_PARTITIONS: 3, ADD_OFFSETS: 3, END_TXN: 3, TXN_OFFSET_COMMIT: 3,
+                 API_VERSIONS: 3, SASL_AUTHENTICATE: 2}
 API_NAMES = {PRODUCE: "Produce", METADATA: "Metadata", FIND_COORDINATOR: "FindCoordinator",
           INIT_PRODUCER_ID: "InitProducerId", ADD_PARTITIONS: "AddPartitionsToTxn",
           ADD_OFFSETS: "AddOffsetsToTxn", END_TXN: "EndTxn",
@@ -65,7 +73,7 @@ ERRORS = {
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 56: "KAFKA_STORAGE_ERROR",
     58: "SASL_AUTHENTICATION_FAILED", 59: "UNKNOWN_PRODUCER_ID",
     74: "FENCED_LEADER_EPOCH", 75: "UNKNOWN_LEADER_EPOCH", 87: "INVALID_RECORD",
-    89: "THROTTLING_QUOTA_EXCEEDED", 90: "PRODUCER_FENCED",
+    89: "THROTTLING_QUOTA_EXCEEDED", 90: "PRODUCER_FENCED", 120: "TRANSACTION_ABORTABLE",
 }
 #: Asked again (Kafka marks them retriable; CONCURRENT_TRANSACTIONS: the previous attempt's
 #: transaction is still being completed or aborted).
@@ -78,9 +86,6 @@ DUPLICATE_SEQUENCE, OUT_OF_ORDER_SEQUENCE, NETWORK_EXCEPTION = 46, 45, 13
 #: The previous transaction of the transactional.id still writing its commit markers.
 CONCURRENT_TRANSACTIONS = 51
 
-#: The largest record batch (librdkafka's and the broker's default ``message.max.bytes``;
-#: ``kafka.message.max.bytes`` lowers or raises it).
-DEFAULT_MAX_BATCH_BYTES = 1_000_000
 #: The largest Produce request, summed over its batches (the broker takes up to
 #: ``socket.request.max.bytes``, 100 MiB by default).
 MAX_REQUEST_BYTES = 16 << 20
@@ -101,136 +106,12 @@ def encoder_built() -> bool:
     return _record_batch is not None
 
 
-#: librdkafka settings the wire path honours itself (``Settings.of``); every other setting
-#: of the families in :data:`CONNECTION_FAMILIES` sends the records through librdkafka
-#: instead (``wire.unsupported``), so no setting that shapes a connection is silently
-#: ignored. Settings of other families (linger, batching, queueing) have no meaning here.
-HONOURED = frozenset({
-    "bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
-    "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
-    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
-    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm",
-    "enable.ssl.certificate.verification",
-    "socket.timeout.ms", "socket.connection.setup.timeout.ms", "socket.keepalive.enable",
-    "socket.nagle.disable", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-    "request.timeout.ms", "message.timeout.ms", "delivery.timeout.ms", "transaction.timeout.ms",
-    "message.max.bytes", "receive.message.max.bytes", "retry.backoff.ms",
-    "retry.backoff.max.ms", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
-    "broker.address.family",
-})
-#: Prefixes of the settings that shape a connection (see :data:`HONOURED`).
-CONNECTION_FAMILIES = ("ssl.", "ssl_", "sasl.", "socket.", "broker.", "security.",
-                       "client.dns.", "connections.", "reconnect.", "https.", "oauthbearer")
 #: The longest wait for a lookup any live broker answers at once (Metadata, FindCoordinator,
 #: ApiVersions): a broker that does not answer in this time is left for the next one.
 LOOKUP_TIMEOUT = 10.0
 #: A SASL session is renewed (a new connection) when this share of its lifetime has passed
 #: (KIP-368: the broker closes a connection whose session expired).
 REAUTH_AT = 0.85
-
-
-def _ms(conf: Mapping[str, Any], key: str, default: int) -> float:
-    return int(conf.get(key, default)) / 1000.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the wire path takes from the sink's librdkafka producer configuration, with
-    librdkafka's defaults (``request_timeout``: what the broker may take for ``acks=all``;
-    ``socket_timeout``: how long the client waits for any answer, always above it;
-    ``delivery_timeout``: ``message.timeout.ms``, how long a batch may be sent again)."""
-
-    bootstrap: tuple[tuple[str, int], ...]
-    client_id: str
-    request_timeout: float
-    socket_timeout: float
-    connect_timeout: float
-    delivery_timeout: float
-    retry_backoff: float
-    retry_backoff_max: float
-    reconnect_backoff: float
-    reconnect_backoff_max: float
-    send_buffer: int
-    receive_buffer: int
-    transaction_timeout_ms: int
-    max_batch_bytes: int
-    max_frame_bytes: int
-    keepalive: bool
-    ssl_context: ssl.SSLContext | None
-    login: Login | None
-
-    @classmethod
-    def of(cls, conf: Mapping[str, Any]) -> Settings:
-        servers = []
-        listed = conf.get("bootstrap.servers") or conf.get("metadata.broker.list") or ""
-        for item in str(listed).split(","):
-            item = item.strip()
-            item = item.split("://", 1)[-1]
-            if not item:
-                continue
-            host, _, port = item.rpartition(":")
-            servers.append((host.strip("[]") or "localhost", int(port or 9092)))
-        request_timeout = _ms(conf, "request.timeout.ms", 30000)
-        return cls(
-            bootstrap=tuple(servers),
-            client_id=str(conf.get("client.id", "eo-kafka-sink")),
-            request_timeout=request_timeout,
-            # librdkafka waits socket.timeout.ms for a Produce answer; the broker may take
-            # request.timeout.ms to answer one, so the client always waits longer than that.
-            socket_timeout=max(_ms(conf, "socket.timeout.ms", 60000), request_timeout + 5.0),
-            connect_timeout=_ms(conf, "socket.connection.setup.timeout.ms", 30000),
-            delivery_timeout=_ms(conf, "message.timeout.ms",
-                                 int(conf.get("delivery.timeout.ms", 300000))),
-            retry_backoff=_ms(conf, "retry.backoff.ms", 100),
-            retry_backoff_max=_ms(conf, "retry.backoff.max.ms", 1000),
-            reconnect_backoff=_ms(conf, "reconnect.backoff.ms", 100),
-            reconnect_backoff_max=_ms(conf, "reconnect.backoff.max.ms", 10000),
-            send_buffer=int(conf.get("socket.send.buffer.bytes", 4 << 20)) or 4 << 20,
-            receive_buffer=int(conf.get("socket.receive.buffer.bytes", 0)),
-            transaction_timeout_ms=int(conf.get("transaction.timeout.ms", 60000)),
-            max_batch_bytes=int(conf.get("message.max.bytes", DEFAULT_MAX_BATCH_BYTES)),
-            max_frame_bytes=int(conf.get("receive.message.max.bytes", 100_000_000)) + 512,
-            keepalive=str(conf.get("socket.keepalive.enable", "false")).lower() == "true",
-            ssl_context=_ssl_context(conf),
-            login=Login.of(conf),
-        )
-
-
-def _ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext | None:
-    """The TLS settings librdkafka would use: ``ssl.ca.location`` a file, a directory or
-    ``probe`` (the system's trust store), client certificate, cipher suites, verification."""
-    if str(conf.get("security.protocol", "plaintext")).lower() not in ("ssl", "sasl_ssl"):
-        return None
-    ca = conf.get("ssl.ca.location")
-    if ca and os.path.isdir(str(ca)):
-        context = ssl.create_default_context(capath=str(ca))
-    elif ca and str(ca).lower() != "probe":
-        context = ssl.create_default_context(cafile=str(ca))
-    else:
-        context = ssl.create_default_context()  # the system's trust store
-    if conf.get("ssl.cipher.suites"):
-        context.set_ciphers(str(conf["ssl.cipher.suites"]))
-    if str(conf.get("enable.ssl.certificate.verification", "true")).lower() == "false":
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    elif str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
-        context.check_hostname = False
-    if conf.get("ssl.certificate.location"):
-        context.load_cert_chain(conf["ssl.certificate.location"], conf.get("ssl.key.location"),
-                                conf.get("ssl.key.password"))
-    return context
-
-
-def not_honoured(conf: Mapping[str, Any]) -> list[str]:
-    """The settings of ``conf`` that shape a connection and that the wire path does not
-    honour (sorted); ``broker.address.family`` other than ``any``/``v4`` counts too."""
-    out = sorted(k for k in conf if k not in HONOURED
-                 and str(k).lower().startswith(CONNECTION_FAMILIES))
-    if str(conf.get("broker.address.family", "any")).lower() not in ("any", "v4"):
-        out.append("broker.address.family")
-    if str(conf.get("socket.nagle.disable", "true")).lower() == "false":
-        out.append("socket.nagle.disable")
-    return out
 
 
 class WireError(KafkaSinkError):
@@ -269,6 +150,88 @@ class _Reader:
 
     def array(self, item: Callable[[], Any]) -> list[Any]:
         return [item() for _ in range(max(self.take(">i"), 0))]
+
+    # Flexible versions (KIP-482): unsigned varint lengths, plus one, 0 for null.
+    def uvarint(self) -> int:
+        out, shift = 0, 0
+        while True:
+            b = self.data[self.at]
+            self.at += 1
+            out |= (b & 0x7F) << shift
+            if b < 0x80:
+                return out
+            shift += 7
+            if shift > 28:
+                raise ProtocolViolation("an unsigned varint longer than 5 bytes")
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = bytes(self.data[self.at:self.at + n]).decode()
+        self.at += n
+        return s
+
+    def compact_count(self) -> int:
+        """A compact array's length (a null array: 0)."""
+        return max(self.uvarint() - 1, 0)
+
+    def tags(self) -> dict[int, memoryview]:
+        """A tagged-field section: each tag's raw bytes."""
+        out = {}
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            out[tag] = self.data[self.at:self.at + size]
+            self.at += size
+        return out
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def compact(s: str | None) -> bytes:
+    """A compact (nullable) string of a flexible version."""
+    if s is None:
+        return b"\x00"
+    b = s.encode()
+    return uvarint(len(b) + 1) + b
+
+
+def metadata_request(topic: str) -> bytes:
+    """Metadata v7 of one topic, without creating it."""
+    return struct.pack(">i", 1) + string(topic) + b"\x00"
+
+
+def metadata_answer(r: _Reader, topic: str) -> tuple[dict[int, tuple[str, int]],
+                                                      list[tuple[str | None, int]],
+                                                      dict[int, int]]:
+    """A Metadata v7 answer: ``(brokers: node -> (host, port), each topic's (name, error
+    code), topic's partitions: index -> leader, -1 where the partition has an error)``."""
+    r.take(">i")  # throttle
+    brokers = {node: (host or "", port) for node, host, port, _rack in r.array(
+        lambda: (r.take(">i"), r.string(), r.take(">i"), r.string()))}
+    r.string()  # cluster id
+    r.take(">i")  # controller
+    errors, found = [], {}
+    for _ in range(r.take(">i")):
+        error = r.take(">h")
+        name = r.string()
+        r.take(">b")
+        for _ in range(r.take(">i")):
+            perror, index, leader, _epoch = r.take(">hiii")
+            for _ in range(3):  # replicas, isr, offline
+                count = r.take(">i")
+                r.at += 4 * max(count, 0)
+            if name == topic:
+                found[index] = leader if perror == 0 else -1
+        errors.append((name, error))
+    return brokers, errors, found
 
 
 def column(arr: pa.Array | None) -> tuple[Any, ...] | None:
@@ -340,6 +303,7 @@ class Connection:
         self.client_id = string(settings.client_id)
         self.next_id = 0
         self.pending: dict[int, int] = {}  # correlation id -> API key, in send order
+        self.flexible: set[int] = set()  # correlation ids whose answer header has tags
         self.answers: dict[int, bytearray] = {}  # answers read ahead of their turn
         self.broken = False
         self.renew_at = float("inf")
@@ -356,12 +320,19 @@ class Connection:
         """The SASL session is near its end: open a new connection before the next burst."""
         return time.monotonic() >= self.renew_at
 
-    def send(self, api: int, parts: Sequence[bytes | memoryview]) -> int:
-        """Send one request; its correlation id, to :meth:`receive` its answer by."""
+    def send(self, api: int, parts: Sequence[bytes | memoryview],
+             version: int | None = None) -> int:
+        """Send one request (``version``: default :data:`VERSIONS`'); its correlation id, to
+        :meth:`receive` its answer by."""
         if self.broken:
             raise self._lost(api, "the connection was already closed")
         self.next_id = (self.next_id + 1) & 0x7FFFFFFF
-        header = struct.pack(">hhi", api, VERSIONS.get(api, 0), self.next_id) + self.client_id
+        version = VERSIONS.get(api, 0) if version is None else version
+        header = struct.pack(">hhi", api, version, self.next_id) + self.client_id
+        if version >= FLEXIBLE_FROM.get(api, 1 << 15):
+            header += b"\x00"  # request header v2: no tagged fields
+            if api != API_VERSIONS:
+                self.flexible.add(self.next_id)
         size = len(header) + sum(len(p) for p in parts)
         self.pending[self.next_id] = api
         try:
@@ -405,16 +376,20 @@ class Connection:
         del self.pending[correlation]
         reader = _Reader(body)
         reader.at = 4
+        if correlation in self.flexible:
+            self.flexible.discard(correlation)
+            reader.tags()  # response header v1
         return reader
 
-    def call(self, api: int, body: bytes, timeout: float | None = None) -> _Reader:
+    def call(self, api: int, body: bytes, timeout: float | None = None,
+             version: int | None = None) -> _Reader:
         """Send and wait for the answer; ``timeout``: a shorter wait than the socket's (a
         lookup any live broker can answer at once goes elsewhere sooner)."""
         if timeout is None or self.broken:
-            return self.receive(self.send(api, [body]))
+            return self.receive(self.send(api, [body], version))
         self.sock.settimeout(min(timeout, self.settings.socket_timeout))
         try:
-            return self.receive(self.send(api, [body]))
+            return self.receive(self.send(api, [body], version))
         finally:
             if not self.broken:
                 self.sock.settimeout(self.settings.socket_timeout)

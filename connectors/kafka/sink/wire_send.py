@@ -37,8 +37,10 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from connectors.kafka.sink import wire_flexible
 from connectors.kafka.sink.wire_protocol import (
     DUPLICATE_SEQUENCE,
     ERRORS,
@@ -47,6 +49,8 @@ from connectors.kafka.sink.wire_protocol import (
     OUT_OF_ORDER_SEQUENCE,
     PRODUCE,
     RETRIABLE,
+    TV2_VERSIONS,
+    VERSIONS,
     Connection,
     ConnectionLost,
     WireError,
@@ -82,9 +86,15 @@ class Sender:
         self.topic = topic
         self.partition_count = partition_count
         self.view = view
-        s = producer.settings
-        self.head = string(producer.transactional_id) + struct.pack(
-            ">hi", -1, int(s.request_timeout * 1000)) + struct.pack(">i", 1) + string(topic)
+        timeout_ms = int(producer.settings.request_timeout * 1000)
+        #: Produce v12 under transactions v2: each partition joins the transaction with it.
+        self.v2 = bool(producer.tv2)
+        self.version = TV2_VERSIONS[PRODUCE] if self.v2 else VERSIONS[PRODUCE]
+        if self.v2:
+            self.head = wire_flexible.produce_head(producer.transactional_id, timeout_ms, topic)
+        else:
+            self.head = string(producer.transactional_id) + struct.pack(
+                ">hii", -1, timeout_ms, 1) + string(topic)
 
     def run(self, batches: list[Batch]) -> None:
         """Send ``batches`` (in sequence order per partition) until every one is
@@ -178,7 +188,8 @@ class Sender:
                         conn = conns.get(node)
                         if conn is None or conn.broken:
                             conn = conns[node] = self.producer.connection(node)
-                        flight[node].append((conn.send(PRODUCE, self.parts(request)), request))
+                        flight[node].append((conn.send(PRODUCE, self.parts(request),
+                                                          self.version), request))
                         queue.popleft()
                         for b in request:
                             sent[b[0]] = sent.get(b[0], 0) + 1
@@ -211,6 +222,8 @@ class Sender:
         return failed, unknown
 
     def parts(self, request: Request) -> list[bytes | memoryview]:
+        if self.v2:
+            return wire_flexible.produce_parts(self.head, request, self.view)
         out: list[bytes | memoryview] = [self.head + struct.pack(">i", len(request))]
         for part, a, b in request:
             out.append(struct.pack(">ii", part, b - a))
@@ -244,21 +257,27 @@ class Sender:
         """Read one Produce answer; the first refusal in it (None: none)."""
         by_partition = {b[0]: b for b in request}
         refused: WireError | None = None
-        for _ in range(r.take(">i")):
-            r.string()
-            for _ in range(r.take(">i")):
-                part, code = r.take(">ih")
-                r.at += 24  # base offset, log append time, log start offset
-                if code in (0, DUPLICATE_SEQUENCE):
-                    self.known(part)
-                    continue
-                if code in RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE and part in behind):
-                    behind.add(part)
-                    failed.append((by_partition[part], code))
-                elif refused is None:
-                    try:
-                        self.producer._check(code, f"Produce to {self.topic}[{part}]")
-                    except WireError as e:
-                        refused = e
-        r.take(">i")  # throttle
+        for part, code in (wire_flexible.produce_answers(r) if self.v2 else _answers(r)):
+            if code in (0, DUPLICATE_SEQUENCE):
+                self.known(part)
+                continue
+            if code in RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE and part in behind):
+                behind.add(part)
+                failed.append((by_partition[part], code))
+            elif refused is None:
+                try:
+                    self.producer._check(code, f"Produce to {self.topic}[{part}]")
+                except WireError as e:
+                    refused = e
         return refused
+
+
+def _answers(r: _Reader) -> Iterator[tuple[int, int]]:
+    """A Produce v7 answer: each partition's (index, error code)."""
+    for _ in range(r.take(">i")):
+        r.string()
+        for _ in range(r.take(">i")):
+            part, code = r.take(">ih")
+            r.at += 24  # base offset, log append time, log start offset
+            yield part, code
+    r.take(">i")  # throttle
