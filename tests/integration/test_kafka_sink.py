@@ -213,7 +213,9 @@ def test_transactional_retry_fences_the_zombie_and_hides_partial_output(
         failpoints.hit = real_hit
         release.set()
     assert zombie_error, "the zombie attempt committed after being fenced"
-    assert "FENCED" in repr(zombie_error[0]), zombie_error[0]
+    # PRODUCER_FENCED from the transaction coordinator (transactions v1), or under v2
+    # INVALID_PRODUCER_EPOCH from the group coordinator, which checks the epoch itself.
+    assert "fenced" in str(zombie_error[0]).lower(), zombie_error[0]
     assert retry.retry and retry.produced == 3000 and retry.skipped == 0
     sink.commit(0, [retry])
     out = read_topic(kafka_bootstrap, topic)  # read_committed
@@ -259,7 +261,7 @@ def test_retry_of_an_attempt_that_routed_in_the_old_runs_routes_as_it_did(
     record = json.loads(markers.get(4, 1).to_json())
     assert record.pop("null_key_run") == 1000
     state.storage.write_atomic(markers.path(4, 1), json.dumps(record).encode())
-    assert rk_mode.NULL_KEY_RUN == partitioner.NULL_KEY_RUN == 10_000
+    assert rk_mode.NULL_KEY_RUN == partitioner.NULL_KEY_RUN == 100_000
     first = read_topic(kafka_bootstrap, topic)
     assert len(first) >= 2500 and len({m.partition() for m in first}) >= 2
     retry = sink.stage(TaskInfo(4, 1, attempt=1), iter(rows.to_batches()))

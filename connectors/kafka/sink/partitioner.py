@@ -29,12 +29,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: Consecutive null-key rows that go to one partition: librdkafka's largest batch by count
-#: (``batch.num.messages`` defaults to 10,000), so a run fills whole produce requests. Runs
-#: of 1,000 sent ten times as many requests into a 1,000-partition topic and, in the
-#: transactional mode, a commit marker into ten times as many partitions: 1.06-1.13x Spark's
-#: sink there, against 1.56x with 10,000 (docs/kafka-sink.md, "Into 1,000 partitions").
-NULL_KEY_RUN = 10_000
+#: Consecutive null-key rows that go to one partition. Every partition a write touches
+#: costs the brokers more than its records do (a transaction's commit marker, a producer
+#: state entry, replica fetch work per partition): runs of 1,000 rows into a 1,000-partition
+#: topic on one broker made 1.06-1.13x Spark's sink, runs of 10,000 (librdkafka's largest
+#: batch by count) 1.56x; on the 3-node cluster (replication 3), runs of 10,000 left a
+#: 1,000,000-row write at 2.2 broker CPU-seconds and 460-600k rows/s, runs of 100,000 at 1.4
+#: CPU-seconds and 780-970k rows/s against Spark's sink's 446-460k (docs/kafka-sink.md, "Into
+#: 1,000 partitions"). A run is about 10 MB of 100-byte records: ten full record batches,
+#: sent pipelined. Over many batches the runs still spread evenly (each batch and writer
+#: starts elsewhere); within one they are coarser than the Java client's sticky partitioner.
+NULL_KEY_RUN = 100_000
 #: The run of started markers written before the run was recorded in them: a retry routes
 #: its rows as its first attempt did.
 LEGACY_NULL_KEY_RUN = 1000
