@@ -197,12 +197,10 @@ class WireProducer:
                 "verify a transaction's partitions before appending (KIP-890), so a late "
                 "Produce of an aborted transaction could open another; transactions go "
                 "through librdkafka there")
-        if self.tv2 is None:
-            self.tv2 = (self.transactional_id is not None
-                        and wire_flexible.transactions_v2(conn, ranges, LOOKUP_TIMEOUT))
-            if self.transactional_id is not None:
-                note_once(f"{self.who}: transactions v{2 if self.tv2 else 1} on the wire "
-                          f"(broker {conn.address})")
+        if self.tv2 is None and self.transactional_id is not None:
+            self.tv2 = wire_flexible.transactions_v2(conn, ranges, LOOKUP_TIMEOUT)
+            note_once(f"{self.who}: transactions v{2 if self.tv2 else 1} on the wire "
+                      f"(broker {conn.address})")
 
     def connection(self, node: int) -> Connection:
         """A working connection to ``node`` (a new one when the last broke or its SASL
@@ -415,22 +413,18 @@ class WireProducer:
         """``EndTxn``: commit or abort what this attempt added. Sent again after a lost
         answer: the coordinator answers a repeated EndTxn of the same outcome with success
         (under transactions v2 too: it knows the epoch it bumped)."""
-        if self.tv2:
-            body = wire_flexible.end_txn(str(self.transactional_id), self.producer_id,
-                                         self.epoch, commit)
-        else:
-            body = string(self.transactional_id) + struct.pack(
-                ">qhb", self.producer_id, self.epoch, 1 if commit else 0)
+        v2 = bool(self.tv2)
+        version = TV2_VERSIONS[END_TXN] if v2 else VERSIONS[END_TXN]
+        body = (wire_flexible.end_txn(str(self.transactional_id), self.producer_id, self.epoch,
+                                      commit) if v2 else string(self.transactional_id)
+                + struct.pack(">qhb", self.producer_id, self.epoch, 1 if commit else 0))
 
         def ask() -> None:
-            if self.tv2:
-                r = self.txn_coordinator().call(END_TXN, body, version=TV2_VERSIONS[END_TXN])
-                error, pid, epoch = wire_flexible.end_txn_answer(r)
-            else:
-                r = self.txn_coordinator().call(END_TXN, body)
-                _, error = r.take(">ih")
+            r = self.txn_coordinator().call(END_TXN, body, version=version)
+            error, pid, epoch = (wire_flexible.end_txn_answer(r) if v2
+                                 else (r.take(">ih")[1], -1, -1))
             self._check(error, "EndTxn", coordinator=True)
-            if self.tv2 and pid >= 0:  # the epoch the markers carry: the next one's
+            if pid >= 0:  # v2: the epoch the markers carry, the next transaction's
                 self.producer_id, self.epoch = pid, epoch
                 self.seqs.clear()
 
