@@ -21,7 +21,7 @@ def versions_of(ranges: Mapping[int, tuple[int, int]]) -> str:
     Fetch without v0-v3 (KIP-896, 4.0; a 4.x broker still lists Produce from v0, for old
     librdkafka clients); AddPartitionsToTxn v4 (KIP-890, 3.6); ApiVersions v3 (KIP-511,
     2.4); Produce v7 (2.1)."""
-    from connectors.kafka.sink.wire_protocol import ADD_PARTITIONS, PRODUCE
+    from connectors.kafka.wire.protocol import ADD_PARTITIONS, PRODUCE
 
     def top(api: int) -> int:
         return ranges.get(api, (0, -1))[1]
@@ -44,7 +44,7 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
     """One broker's ``ApiVersions`` (sent before any login, as Kafka allows), and what it
     serves of what the sink needs."""
     from connectors.kafka.sink import wire
-    from connectors.kafka.sink.wire_protocol import (
+    from connectors.kafka.wire.protocol import (
         ADD_PARTITIONS,
         API_NAMES,
         API_VERSIONS,

@@ -168,7 +168,8 @@ def _error_name(exc: BaseException | Any) -> str | None:
     if err is None:
         return None
     try:
-        return str(err.name())
+        name = err.name  # KafkaError.name(); the wire client's WireError.name
+        return str(name() if callable(name) else name)
     except Exception:  # noqa: BLE001 - a KafkaError without a name
         return None
 

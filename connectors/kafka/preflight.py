@@ -8,13 +8,12 @@ when its answer stays unknown, and not asked again on a cluster that grants ever
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from connectors.core.errors import ConnectorError
 from connectors.kafka import access
-from connectors.kafka.common import is_transient, retrying
 
 log = logging.getLogger(__name__)
 
@@ -28,29 +27,40 @@ _ALL_OPERATIONS = {
               "ALTER_CONFIGS"},
     "GROUP": {"READ", "DESCRIBE", "DELETE"},
 }
-#: The longest one Describe of the preflight may take before it is asked again.
+#: (bootstrap servers, why) of clusters whose check was skipped, logged once.
+_SKIPPED: set[tuple[str, str]] = set()
+#: The longest one request of the preflight may take before it is asked again.
 PREFLIGHT_REQUEST_TIMEOUT = 10.0
 
 
-def preflight(admin: Any, conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]], *,
+def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]], *,
               who: str, timeout: float, error: type[Exception],
               retry_timeout: float | None = None) -> None:
     """Fail before anything is read or written when the principal lacks an ACL of
     ``checks``: ``(acl, concrete name)`` pairs (a prefixed ACL is checked on one name it
-    covers). Topics and groups report the principal's authorized operations (KIP-430) in
-    one Describe request each; a topic that does not exist is left to the caller. ACLs on
-    transactional ids and the cluster cannot be asked about this way: their first request
+    covers). Topics and groups report the principal's authorized operations (KIP-430): a
+    Metadata v8 of the topics from any live broker, a DescribeGroups of each group to its
+    coordinator. A topic that does not exist is left to the caller. ACLs on transactional
+    ids and the cluster cannot be asked about this way: their first request
     (InitProducerId) fails with the same message instead.
+
+    The requests go over the wire client (:mod:`connectors.kafka.wire.admin`), never
+    librdkafka's admin client, whose Describe requests wait on the controller or a
+    coordinator in a way that aborted the process under node kills (docs/design.md, "Kafka
+    nodes that move or go away"). With a connection setting the wire client cannot honour
+    (a GSSAPI or OAUTHBEARER login, ...) the check is skipped, logged once.
 
     The check must never be what stops a query: a cluster without an authorizer (every
     operation granted on everything described) is not asked again in this process; a
-    Describe that times out or
-    meets a node restarting is asked again, each try bounded by
+    request that meets a node restarting or moving is asked again, each try bounded by
     :data:`PREFLIGHT_REQUEST_TIMEOUT`, until ``retry_timeout`` (``metadataRetryTimeout``);
     if the answer is still unknown then, the check is skipped with a warning (a missing ACL
     still fails the first request that needs it, naming it). Only an answer that says
     "denied" fails here."""
-    from confluent_kafka import KafkaException, TopicCollection
+    from connectors.kafka.wire import admin
+    from connectors.kafka.wire.cluster import Cluster
+    from connectors.kafka.wire.protocol import RETRIABLE, WireError
+    from connectors.kafka.wire.settings import Settings, connection_unsupported
 
     topics = sorted({n for a, n in checks if a.resource == "TOPIC"})
     groups = sorted({n for a, n in checks if a.resource == "GROUP"})
@@ -59,50 +69,44 @@ def preflight(admin: Any, conf: Mapping[str, Any], checks: Sequence[tuple[access
     servers = str(conf.get("bootstrap.servers", ""))
     if servers in _ALL_ALLOWED:
         return
-    request_timeout = max(1.0, min(timeout, PREFLIGHT_REQUEST_TIMEOUT))
-
-    def describe() -> dict[tuple[str, str], Any]:
-        out: dict[tuple[str, str], Any] = {}
-        if topics:
-            futs = admin.describe_topics(TopicCollection(topics),
-                                         request_timeout=request_timeout,
-                                         include_authorized_operations=True)
-            for t, f in futs.items():
-                try:
-                    out[("TOPIC", t)] = f.result()
-                except KafkaException as e:
-                    if access._error_name(e) == "UNKNOWN_TOPIC_OR_PART":
-                        out[("TOPIC", t)] = None
-                    elif access._error_name(e) in access.AUTHORIZATION:
-                        out[("TOPIC", t)] = e
-                    else:
-                        raise
-        if groups:
-            futs = admin.describe_consumer_groups(groups, request_timeout=request_timeout,
-                                                  include_authorized_operations=True)
-            for g, f in futs.items():
-                try:
-                    out[("GROUP", g)] = f.result()
-                except KafkaException as e:
-                    if access._error_name(e) not in access.AUTHORIZATION:
-                        raise
-                    out[("GROUP", g)] = e
-        return out
-
-    what = f"{who}: describing {topics + groups} for the principal's ACLs"
-    try:
-        got = retrying(describe, what=what, error=_Unknown,
-                       timeout=retry_timeout if retry_timeout is not None else timeout)
-    except _Unknown as e:
-        cause = e.__cause__
-        if cause is None or not is_transient(cause):
-            raise error(str(e)) from cause
-        log.warning("%s: the ACL check is skipped, its answer is unknown (%s); a missing ACL "
-                    "fails the first request that needs it, naming it", who, cause)
+    why = connection_unsupported(conf)
+    if why is not None:
+        if (servers, why) not in _SKIPPED:
+            _SKIPPED.add((servers, why))
+            log.info("%s: the ACL check before the first read or write is skipped: the wire "
+                     "client does not connect with %s; a missing ACL fails the first request "
+                     "that needs it, naming it", who, why)
         return
-    if got and all(answer is not None and not isinstance(answer, Exception)
-                   and _ALL_OPERATIONS[kind] <= {op.name for op in
-                                                 (answer.authorized_operations or [])}
+    settings = Settings.of(conf, client_id="eo-kafka-preflight")
+    settings = dataclasses.replace(
+        settings, socket_timeout=max(1.0, min(timeout, PREFLIGHT_REQUEST_TIMEOUT)))
+    cluster = Cluster(settings, who, retry_timeout if retry_timeout is not None else timeout)
+    got: dict[tuple[str, str], set[str] | None | Exception] = {}
+    try:
+        for name, meta in (admin.describe_topics(cluster, topics) if topics else {}).items():
+            if meta.error == 3:  # UNKNOWN_TOPIC_OR_PARTITION: the caller's rules apply
+                got[("TOPIC", name)] = None
+            elif meta.error in access.AUTHORIZATION_CODE.values():
+                got[("TOPIC", name)] = WireError(f"{who}: Metadata of {name!r}", meta.error)
+            else:
+                got[("TOPIC", name)] = admin.operations(meta.authorized)
+        for name, group in (admin.describe_groups(cluster, groups) if groups else {}).items():
+            if group.error in access.AUTHORIZATION_CODE.values():
+                got[("GROUP", name)] = WireError(f"{who}: DescribeGroups of {name!r}",
+                                                 group.error)
+            elif group.error or group.authorized is None:
+                got[("GROUP", name)] = None  # GROUP_ID_NOT_FOUND: nothing to judge by
+            else:
+                got[("GROUP", name)] = admin.operations(group.authorized)
+    except WireError as e:
+        if e.code not in RETRIABLE:
+            raise error(f"{who}: checking ACLs before the first read or write: {e}") from e
+        log.warning("%s: the ACL check is skipped, its answer is unknown (%s); a missing ACL "
+                    "fails the first request that needs it, naming it", who, e)
+        return
+    finally:
+        cluster.close()
+    if got and all(isinstance(answer, set) and _ALL_OPERATIONS[kind] <= answer
                    for (kind, _), answer in got.items()):
         _ALL_ALLOWED.add(servers)
         return
@@ -116,18 +120,13 @@ def preflight(admin: Any, conf: Mapping[str, Any], checks: Sequence[tuple[access
         if isinstance(answer, Exception):
             missing.append(acl)
             continue
-        ops = {op.name for op in (answer.authorized_operations or [])}
-        if ops and acl.operation not in ops:
+        if answer and acl.operation not in answer:
             missing.append(acl)
     if missing:
-        from confluent_kafka import KafkaError
+        from confluent_kafka import KafkaError, KafkaException
 
         kind = access.AUTHORIZATION_CODE[missing[0].resource]
         message = access.denied(KafkaException(KafkaError(kind)), who=who, conf=conf,
-                         needs=[a for a in missing if a.resource == missing[0].resource],
-                         request="checking ACLs before the first read or write")
+                                needs=[a for a in missing if a.resource == missing[0].resource],
+                                request="checking ACLs before the first read or write")
         raise error(message)
-
-
-class _Unknown(ConnectorError):
-    """The preflight's Describe gave no answer within its deadline (internal)."""

@@ -186,7 +186,7 @@ def test_transactions_v2_join_partitions_with_the_produce_and_fence_the_ended_ep
     2): the wire path then sends no AddPartitionsToTxn or AddOffsetsToTxn, EndTxn answers
     the bumped epoch, and a late request of the ended transaction (its epoch) is refused as
     fenced, on a partition it wrote and on one it did not: it cannot join or open another."""
-    from connectors.kafka.sink.wire_protocol import FENCED, OUT_OF_ORDER_SEQUENCE
+    from connectors.kafka.wire.protocol import FENCED, OUT_OF_ORDER_SEQUENCE
 
     topic = new_topic(partitions=4)
     tid, group = f"wire-tv2-{uuid.uuid4().hex[:8]}", f"wire-tv2-{uuid.uuid4().hex[:8]}"

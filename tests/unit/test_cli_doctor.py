@@ -20,7 +20,7 @@ import pytest
 from connectors import cli, doctor
 from connectors.doctor import cluster, install
 from connectors.kafka.access import ROLES
-from connectors.kafka.sink import wire_protocol
+from connectors.kafka.sink import wire_encode
 from connectors.kafka.sink.commit_facts import DEFAULT_FACTS_TOPIC
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 
@@ -75,7 +75,7 @@ def test_without_the_extensions(capsys: pytest.CaptureFixture[str],
     # As an install without a C compiler: neither module imports, the encoder is absent.
     for module in install.EXTENSIONS:
         monkeypatch.setitem(sys.modules, module, None)
-    monkeypatch.setattr(wire_protocol, "_record_batch", None)
+    monkeypatch.setattr(wire_encode, "_record_batch", None)
     code, doc, _ = run(capsys)
     checks = by_name(doc)
     for name in [f"C extension {m.rsplit('.', 1)[1]}" for m in install.EXTENSIONS]:
@@ -112,7 +112,7 @@ def test_without_java_and_maven_the_local_services_are_named(
 def test_text_output_is_one_line_per_check_with_what_to_do(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "connectors.kafka.sink._record_batch", None)
-    monkeypatch.setattr(wire_protocol, "_record_batch", None)
+    monkeypatch.setattr(wire_encode, "_record_batch", None)
     cli.main(["doctor"])
     out = capsys.readouterr().out
     assert out.startswith("this install:\n")

@@ -26,11 +26,11 @@ import importlib.metadata as md
 import importlib.util
 import re
 import sys
-import tomllib
 from functools import cache
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

@@ -1,5 +1,5 @@
 """The wire path's record-batch encoder and settings, without a broker
-(connectors/kafka/sink/wire_protocol.py, _record_batch.c). What a broker makes of the batches
+(connectors/kafka/wire/protocol.py, _record_batch.c). What a broker makes of the batches
 is in tests/integration/test_kafka_sink_wire.py."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.kafka.sink import wire, wire_protocol
+from connectors.kafka.sink import wire, wire_encode
+from connectors.kafka.wire import protocol as wire_protocol
 
 
 def test_the_encoder_is_built():
@@ -36,7 +37,7 @@ def _decode(batch: bytes) -> dict:
     (base, length, _epoch, magic, crc, attrs, last_delta, ts, max_ts, pid, epoch, seq,
      count) = struct.unpack_from(">qiibIhiqqqhii", batch)
     assert (base, magic, length) == (0, 2, len(batch) - 12)
-    assert crc == wire_protocol.crc32c(batch[21:])
+    assert crc == wire_encode.crc32c(batch[21:])
     at, records = 61, []
     for i in range(count):
         size, at = _varint(batch, at)
@@ -59,7 +60,7 @@ def _decode(batch: bytes) -> dict:
 
 
 def test_crc32c_is_castagnoli():
-    assert wire_protocol.crc32c(b"123456789") == 0xE3069283
+    assert wire_encode.crc32c(b"123456789") == 0xE3069283
 
 
 def test_batches_hold_every_row_once_per_partition_in_order():
@@ -73,7 +74,7 @@ def test_batches_hold_every_row_once_per_partition_in_order():
     parts = np.arange(n, dtype=np.int64) % 3
     order = np.argsort(parts, kind="stable")
     seqs = np.array([5, 0, 7], dtype=np.int64)
-    data, batches, partitions = wire_protocol.encode(values, keys, order, parts, seqs, 42, 3,
+    data, batches, partitions = wire_encode.encode(values, keys, order, parts, seqs, 42, 3,
                                                      1_000_000)
     assert partitions.tolist() == [0, 1, 2] and len(batches) == 3
     for g, start, end, count in batches.tolist():
@@ -90,7 +91,7 @@ def test_a_partition_over_the_batch_limit_is_split_with_running_sequences():
     values = pa.array([b"x" * 100] * 100)
     parts = np.zeros(100, dtype=np.int64)
     seqs = np.zeros(1, dtype=np.int64)
-    data, batches, _ = wire_protocol.encode(values, None, np.arange(100), parts, seqs, 1, 0,
+    data, batches, _ = wire_encode.encode(values, None, np.arange(100), parts, seqs, 1, 0,
                                             2_000)
     assert len(batches) > 5 and (batches[:, 2] - batches[:, 1] <= 2_000).all()
     records, seq = [], 0
@@ -133,7 +134,7 @@ def test_settings_never_show_the_password():
 
 def test_scram_proof_matches_rfc_7677():
     """RFC 7677's SCRAM-SHA-256 example, with its client nonce, against our client."""
-    from connectors.kafka.sink import wire_sasl
+    from connectors.kafka.wire import sasl as wire_sasl
 
     sent: list[bytes] = []
     server_first = (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
@@ -159,7 +160,7 @@ def test_a_connection_that_breaks_mid_request_names_the_broker_and_the_request()
     import socket
     import threading
 
-    from connectors.core.errors import KafkaSinkError
+    from connectors.core.errors import ConnectorError
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -172,7 +173,7 @@ def test_a_connection_that_breaks_mid_request_names_the_broker_and_the_request()
     settings = wire.Settings.of({"bootstrap.servers": f"127.0.0.1:{port}"})
     conn = wire_protocol.Connection("127.0.0.1", port, settings)
     try:
-        with pytest.raises(KafkaSinkError, match=rf"broker 127.0.0.1:{port} broke during "
+        with pytest.raises(ConnectorError, match=rf"broker 127.0.0.1:{port} broke during "
                                                  r"InitProducerId.*1 requests unanswered") as e:
             conn.call(wire_protocol.INIT_PRODUCER_ID, b"\xff\xff\x00\x00\x00\x00")
         assert isinstance(e.value, wire_protocol.ConnectionLost)

@@ -1,4 +1,4 @@
-"""The wire client's connection discipline (connectors/kafka/sink/wire_protocol.py) against a
+"""The wire client's connection discipline (connectors/kafka/wire/protocol.py) against a
 scripted peer on loopback: answers matched by correlation id, a connection closed for good
 on anything out of protocol, the frame size limit; SCRAM's iteration bounds, the session
 lifetime, the settings it honours or routes to librdkafka, and exclusive leases of a
@@ -16,9 +16,11 @@ from collections.abc import Callable
 import pytest
 
 from connectors.kafka.common import ClientCache
-from connectors.kafka.sink import wire, wire_protocol, wire_sasl
-from connectors.kafka.sink.wire_protocol import Connection, ConnectionLost
-from connectors.kafka.sink.wire_settings import Settings
+from connectors.kafka.sink import wire
+from connectors.kafka.wire import protocol as wire_protocol
+from connectors.kafka.wire import sasl as wire_sasl
+from connectors.kafka.wire.protocol import Connection, ConnectionLost
+from connectors.kafka.wire.settings import Settings
 
 
 def _peer(script: Callable[[socket.socket], None]) -> tuple[int, threading.Thread]:

@@ -1,4 +1,4 @@
-"""The flexible request versions of transactions v2 (connectors/kafka/sink/wire_flexible.py,
+"""The flexible request versions of transactions v2 (connectors/kafka/sink/flexible.py,
 wire_protocol's header and compact types): bytes laid out as Kafka's message schemas say,
 answers read field by field, tagged fields skipped. A real broker speaking them is in
 tests/integration/test_kafka_sink_wire.py (Apache Kafka 4.1.2 with transaction.version 2)
@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from connectors.kafka.sink import wire_flexible
-from connectors.kafka.sink.wire_protocol import (
+from connectors.kafka.wire import flexible
+from connectors.kafka.wire.protocol import (
     API_VERSIONS,
     END_TXN,
     Connection,
@@ -53,18 +53,18 @@ def test_finalized_features_are_read_from_the_tagged_fields():
             + uvarint(3) + uvarint(0) + uvarint(len(supported)) + supported
             + uvarint(1) + uvarint(8) + struct.pack(">q", 7)
             + uvarint(2) + uvarint(len(finalized)) + finalized)
-    error, features = wire_flexible.finalized_features(_Reader(body))
+    error, features = flexible.finalized_features(_Reader(body))
     assert error == 0
     assert features == {"transaction.version": 2, "group.version": 1}
 
 
 def test_a_cluster_without_finalized_features_has_no_transactions_v2():
     body = struct.pack(">h", 0) + uvarint(1) + struct.pack(">i", 0) + b"\0"
-    assert wire_flexible.finalized_features(_Reader(body)) == (0, {})
+    assert flexible.finalized_features(_Reader(body)) == (0, {})
 
 
 def test_txn_offset_commit_v5_lays_out_one_offset_outside_a_generation():
-    body = wire_flexible.txn_offset_commit("tx", "g", 9, 3, "facts", 0, 5, "m")
+    body = flexible.txn_offset_commit("tx", "g", 9, 3, "facts", 0, 5, "m")
     r = _Reader(body)
     assert (r.compact_string(), r.compact_string()) == ("tx", "g")
     assert r.take(">qhi") == (9, 3, -1)  # producer id, epoch, generation
@@ -77,8 +77,8 @@ def test_txn_offset_commit_v5_lays_out_one_offset_outside_a_generation():
 
 def test_end_txn_v5_answers_the_bumped_epoch():
     body = struct.pack(">ihqh", 0, 0, 9, 4) + b"\0"
-    assert wire_flexible.end_txn_answer(_Reader(body)) == (0, 9, 4)
-    assert wire_flexible.end_txn("tx", 9, 3, True) == compact("tx") + struct.pack(
+    assert flexible.end_txn_answer(_Reader(body)) == (0, 9, 4)
+    assert flexible.end_txn("tx", 9, 3, True) == compact("tx") + struct.pack(
         ">qhb", 9, 3, 1) + b"\0"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from connectors.kafka.sink import wire_send
-from connectors.kafka.sink.wire_protocol import (
+from connectors.kafka.wire.protocol import (
     OUT_OF_ORDER_SEQUENCE,
     _Reader,
     compact,
@@ -128,13 +128,15 @@ def test_concurrent_transactions_is_polled_at_a_short_fixed_interval(monkeypatch
     """The previous transaction's markers end on the broker's time: a doubling backoff (to
     1 s) overshot their end by up to a second per task."""
     from connectors.kafka.sink import wire
-    from connectors.kafka.sink.wire_protocol import WireError
-    from connectors.kafka.sink.wire_settings import Settings
+    from connectors.kafka.wire.protocol import WireError
+    from connectors.kafka.wire.settings import Settings
 
     producer = wire.WireProducer(Settings.of({"bootstrap.servers": "127.0.0.1:1"}), "t", "test",
                                  30.0)
     pauses: list[float] = []
-    monkeypatch.setattr(wire.time, "sleep", pauses.append)
+    from connectors.kafka.wire import cluster
+
+    monkeypatch.setattr(cluster.time, "sleep", pauses.append)
     answers = iter([wire.CONCURRENT_TRANSACTIONS] * 8 + [0])
 
     def ask() -> str:

@@ -76,10 +76,34 @@ def group_id(sink_id: str, writer: int) -> str:
     return f"{GROUP_PREFIX}{sink_id}-w{writer}"
 
 
-def ensure_facts_topic(admin: Any, topic: str, timeout: float) -> bool:
+def ensure_facts_topic(conf: Any, topic: str, timeout: float) -> bool:
     """Create the facts topic (one partition, the broker's replication factor) unless it
     exists; True if this call created it. Another sink creating it at the same time is
-    fine."""
+    fine. Through the wire client (:func:`connectors.kafka.wire.admin.create_topic`), as
+    every admin request in a query's processes (docs/design.md, "Kafka nodes that move or go
+    away"); through librdkafka only where the wire client cannot connect."""
+    from connectors.kafka.wire import admin as wire_admin
+    from connectors.kafka.wire.cluster import Cluster
+    from connectors.kafka.wire.protocol import UnsupportedBroker
+    from connectors.kafka.wire.settings import Settings, connection_unsupported
+
+    if connection_unsupported(conf) is None:
+        cluster = Cluster(Settings.of(conf), f"{FAMILY} sink", timeout)
+        try:
+            created = wire_admin.create_topic(cluster, topic, 1, timeout)
+        except UnsupportedBroker:
+            pass  # older than the requests we speak: librdkafka below
+        else:
+            if created:
+                log.info("%s: created the commit-facts topic %r (1 partition)", FAMILY, topic)
+            return created
+        finally:
+            cluster.close()
+    with producers.admin(conf) as admin:
+        return _create_with_librdkafka(admin, topic, timeout)
+
+
+def _create_with_librdkafka(admin: Any, topic: str, timeout: float) -> bool:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -226,6 +250,22 @@ def offsets_retention(conf: Any, timeout: float) -> tuple[float, bool]:
 
 
 def _describe_retention(conf: Any, timeout: float) -> float:
+    """The broker's ``offsets.retention.minutes`` in seconds (the wire client's
+    DescribeConfigs; librdkafka's only where the wire client cannot connect)."""
+    from connectors.kafka.wire import admin as wire_admin
+    from connectors.kafka.wire.cluster import Cluster
+    from connectors.kafka.wire.settings import Settings, connection_unsupported
+
+    if connection_unsupported(conf) is None:
+        cluster = Cluster(Settings.of(conf), f"{FAMILY} sink", timeout)
+        try:
+            value = wire_admin.broker_config(cluster, "offsets.retention.minutes", timeout)
+        finally:
+            cluster.close()
+        if value is None:
+            raise KafkaSinkError(f"{FAMILY}: the broker did not report "
+                                 "offsets.retention.minutes")
+        return float(value) * 60
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     with producers.admin(conf) as admin:
@@ -253,8 +293,7 @@ def fact_writer(conf: Any, sink_id: str, writer: int, facts_topic: str,
     protocol is driven without it)."""
     conf_key = tuple(sorted((k, str(v)) for k, v in conf.items()))
     if (conf_key, facts_topic) not in _TOPICS_SEEN:
-        with producers.admin(conf) as admin:
-            ensure_facts_topic(admin, facts_topic, timeout)
+        ensure_facts_topic(conf, facts_topic, timeout)
         _TOPICS_SEEN.add((conf_key, facts_topic))
     return _CACHE.acquire((conf_key, sink_id, writer), lambda: FactWriter(conf, sink_id, writer))
 

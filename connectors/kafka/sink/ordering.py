@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.kafka.sink.partitioner import binary_buffers, valid_mask
-from connectors.kafka.sink.wire_protocol import column
+from connectors.kafka.sink.wire_encode import column
 
 try:
     from connectors.kafka.sink import _record_batch  # type: ignore[attr-defined]

@@ -59,7 +59,7 @@ from connectors.kafka import access
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import ordering
 from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
-from connectors.kafka.sink.wire_protocol import uvarint
+from connectors.kafka.wire.protocol import uvarint
 
 log = logging.getLogger(__name__)
 

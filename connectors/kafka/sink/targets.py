@@ -50,11 +50,10 @@ def check_reachable(options: KafkaSinkOptions, started: float | None = None) -> 
 def check_access(options: KafkaSinkOptions) -> None:
     """A missing ACL of the sink's role fails here, naming it, before any task writes (the
     driver's last check: the facts topic exists by then)."""
-    with producers.admin(options.producer_conf) as admin:
-        preflight.preflight(admin, options.producer_conf, needs(options),
-                         who=f"{FAMILY} sink {options.sink_id}",
-                         timeout=options.connect_timeout, error=KafkaSinkError,
-                         retry_timeout=options.metadata_retry_timeout)
+    preflight.preflight(options.producer_conf, needs(options),
+                        who=f"{FAMILY} sink {options.sink_id}",
+                        timeout=options.connect_timeout, error=KafkaSinkError,
+                        retry_timeout=options.metadata_retry_timeout)
 
 
 def needs(options: KafkaSinkOptions) -> list[tuple[access.Acl, str]]:
@@ -85,10 +84,9 @@ def ensure_facts_topic(options: KafkaSinkOptions) -> None:
 
     topic = options.facts_topic
     try:
-        with producers.admin(options.producer_conf) as admin:
-            retrying(lambda: ensure(admin, topic, options.connect_timeout),
-                     what=f"{FAMILY} sink {options.sink_id}: facts topic {topic!r}",
-                     error=KafkaSinkError, timeout=options.metadata_retry_timeout)
+        retrying(lambda: ensure(options.producer_conf, topic, options.connect_timeout),
+                 what=f"{FAMILY} sink {options.sink_id}: facts topic {topic!r}",
+                 error=KafkaSinkError, timeout=options.metadata_retry_timeout)
     except KafkaSinkError as e:
         create = [a.bind(facts_topic=topic) for a in access.ROLES["transactional-sink"]
                   if a.operation == "CREATE"]

@@ -15,7 +15,7 @@ batches straight from the Arrow buffers, and :class:`WireProducer` sends them
 - the commit fact with ``AddOffsetsToTxn`` and ``TxnOffsetCommit`` (what
   ``send_offsets_to_transaction`` sends), then ``EndTxn``: commit, or abort on failure.
   Under transactions v2 (KIP-890 part 2, where the cluster finalized it) no
-  ``AddPartitionsToTxn`` or ``AddOffsetsToTxn``: :mod:`connectors.kafka.sink.wire_flexible`.
+  ``AddPartitionsToTxn`` or ``AddOffsetsToTxn``: :mod:`connectors.kafka.wire.flexible`.
 
 Failures are met as librdkafka meets them: a Produce batch is sent again always with its
 same producer id, epoch and sequence (so the broker keeps one copy whatever arrives late),
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -38,39 +37,29 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.errors import KafkaSinkError
-from connectors.kafka.sink import wire_flexible, wire_send
-from connectors.kafka.sink.wire_protocol import (
+from connectors.kafka.sink import wire_send
+from connectors.kafka.sink.wire_encode import CHUNK_BYTES, encode, encoder_built
+from connectors.kafka.wire import flexible
+from connectors.kafka.wire.cluster import GROUP, TRANSACTION, Cluster
+from connectors.kafka.wire.protocol import (
     ADD_OFFSETS,
     ADD_PARTITIONS,
-    API_NAMES,
-    API_VERSIONS,
-    CHUNK_BYTES,
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_MOVED,
     END_TXN,
     ERRORS,
     FENCED,
-    FIND_COORDINATOR,
     INIT_PRODUCER_ID,
     LOOKUP_TIMEOUT,
-    METADATA,
-    NETWORK_EXCEPTION,
-    RETRIABLE,
     TV2_VERSIONS,
     TXN_OFFSET_COMMIT,
     VERSIONS,
     Connection,
-    ConnectionLost,
     UnsupportedBroker,
     WireError,
-    encode,
-    encoder_built,
-    metadata_answer,
-    metadata_request,
     string,
 )
-from connectors.kafka.sink.wire_sasl import MECHANISMS, mechanism_of
-from connectors.kafka.sink.wire_settings import Settings, not_honoured
+from connectors.kafka.wire.settings import Settings, connection_unsupported
 
 log = logging.getLogger(__name__)
 
@@ -113,21 +102,11 @@ def unsupported(conf: Mapping[str, Any]) -> str | None:
     """Why the wire path cannot send with this producer configuration (None: it can)."""
     if not encoder_built():
         return "the _record_batch extension is not built (no C compiler at install time)"
-    protocol = str(conf.get("security.protocol", "plaintext")).lower()
-    if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
-        return f"security.protocol={protocol}"
-    if protocol.startswith("sasl_") and mechanism_of(conf) not in MECHANISMS:
-        return (f"sasl.mechanism={mechanism_of(conf)} (the wire path speaks "
-                f"{', '.join(MECHANISMS)})")
     for key in ("compression.type", "compression.codec"):
         codec = str(conf.get(key, "none")).lower()
         if codec not in ("none", ""):
             return f"{key}={codec} (the wire path writes uncompressed batches)"
-    ignored = not_honoured(conf)
-    if ignored:
-        return (f"{', '.join(ignored)} set (the wire path does not honour "
-                f"{'it' if len(ignored) == 1 else 'them'}; docs/kafka-sink.md, Produce paths)")
-    return None
+    return connection_unsupported(conf)
 
 
 class WireProducer:
@@ -141,11 +120,10 @@ class WireProducer:
         self.transactional_id = transactional_id
         self.who = who
         self.retry_timeout = retry_timeout
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self.connections: dict[int, Connection] = {}
-        self.bootstrap: Connection | None = None
-        self.coordinator: int | None = None  # node id of the transaction coordinator
-        self.groups: dict[str, int] = {}  # group -> node id of its coordinator
+        #: The brokers, their connections, the coordinators: the wire client's
+        #: (connectors/kafka/wire/cluster.py); every broker must serve :data:`VERSIONS`.
+        self.cluster = Cluster(settings, who, retry_timeout, needs=VERSIONS,
+                               on_versions=self._on_versions)
         self.producer_id, self.epoch = -1, -1
         self.added: set[tuple[str, int]] = set()
         self.leaders: dict[str, np.ndarray] = {}
@@ -157,39 +135,13 @@ class WireProducer:
         #: Requests whose outcome is unknown (a connection lost under them and no answer
         #: came since): an abort must not race them (docs/design.md).
         self.uncertain = False
-        self._next_bootstrap = 0
 
     # -- connections ----------------------------------------------------------------------------
     def connect(self) -> Connection:
-        """A connection for metadata and coordinator lookups: the last one while it works,
-        else the next bootstrap server or known broker that answers."""
-        if self.bootstrap is not None and not self.bootstrap.broken:
-            return self.bootstrap
-        candidates = list(self.settings.bootstrap) + sorted(set(self.brokers.values()))
-        errors = []
-        for i in range(len(candidates)):
-            host, port = candidates[(self._next_bootstrap + i) % len(candidates)]
-            try:
-                conn = Connection(host, port, self.settings)
-            except OSError as e:
-                errors.append(f"{host}:{port}: {e}")
-                continue
-            self._next_bootstrap = (self._next_bootstrap + i + 1) % len(candidates)
-            self._check_versions(conn)
-            self.bootstrap = conn
-            return conn
-        raise WireError(f"{self.who}: no broker answered: {'; '.join(errors)}",
-                        NETWORK_EXCEPTION)
+        """A connection for metadata and coordinator lookups (any live broker)."""
+        return self.cluster.connect()
 
-    def _check_versions(self, conn: Connection) -> None:
-        r = conn.call(API_VERSIONS, b"", LOOKUP_TIMEOUT)  # v0: no body
-        error = r.take(">h")
-        ranges = {k: (lo, hi) for k, lo, hi in r.array(lambda: r.take(">hhh"))}
-        missing = [f"{API_NAMES[api]} v{v}" for api, v in VERSIONS.items()
-                   if not (ranges.get(api, (1, 0))[0] <= v <= ranges.get(api, (1, 0))[1])]
-        if error or missing:
-            raise UnsupportedBroker(f"{self.who}: broker {conn.address} does not serve "
-                                    f"{', '.join(missing) or f'ApiVersions (error {error})'}")
+    def _on_versions(self, conn: Connection, ranges: dict[int, tuple[int, int]]) -> None:
         if (self.transactional_id is not None
                 and ranges[ADD_PARTITIONS][1] < VERIFYING_ADD_PARTITIONS):
             raise UnsupportedBroker(
@@ -198,33 +150,16 @@ class WireProducer:
                 "Produce of an aborted transaction could open another; transactions go "
                 "through librdkafka there")
         if self.tv2 is None and self.transactional_id is not None:
-            self.tv2 = wire_flexible.transactions_v2(conn, ranges, LOOKUP_TIMEOUT)
+            self.tv2 = flexible.transactions_v2(conn, ranges, LOOKUP_TIMEOUT)
             note_once(f"{self.who}: transactions v{2 if self.tv2 else 1} on the wire "
                       f"(broker {conn.address})")
 
     def connection(self, node: int) -> Connection:
-        """A working connection to ``node`` (a new one when the last broke or its SASL
-        session is near its end and nothing waits on it)."""
-        conn = self.connections.get(node)
-        if conn is not None and not conn.broken and not (conn.expiring() and not conn.pending):
-            return conn
-        if conn is not None:
-            conn.close()
-        host, port = self.brokers[node]
-        try:
-            conn = Connection(host, port, self.settings)
-        except OSError as e:
-            raise WireError(f"{self.who}: cannot connect to broker {node} at {host}:{port}: "
-                            f"{e}", NETWORK_EXCEPTION) from None
-        self.connections[node] = conn
-        return conn
+        """A working connection to ``node``."""
+        return self.cluster.connection(node)
 
     def close(self) -> None:
-        for conn in {id(c): c for c in (self.bootstrap, *self.connections.values())
-                     if c}.values():
-            conn.close()
-        self.connections.clear()
-        self.bootstrap = None
+        self.cluster.close()
 
     # -- set-up ---------------------------------------------------------------------------------
     def init(self, timeout: float) -> None:
@@ -249,21 +184,7 @@ class WireProducer:
         if self.transactional_id is None:
             raise KafkaSinkError(f"{self.who}: no transaction without a transactional.id "
                                  "(internal)")
-        if self.coordinator is None:
-            self.coordinator = self._find_coordinator(self.transactional_id, 1)
-        return self.connection(self.coordinator)
-
-    def _find_coordinator(self, key: str, key_type: int) -> int:
-        r = self.connect().call(FIND_COORDINATOR, string(key) + struct.pack(">b", key_type),
-                                LOOKUP_TIMEOUT)
-        _, error = r.take(">ih")
-        r.string()
-        node = r.take(">i")
-        host = r.string() or ""
-        port = r.take(">i")
-        self._check(error, f"FindCoordinator of {key!r}")
-        self.brokers[node] = (host, port)
-        return int(node)
+        return self.connection(self.cluster.coordinator(self.transactional_id, TRANSACTION))
 
     def prepare(self, topic: str, group: str) -> None:
         """What the transaction will need, asked before the rows come: the target's leaders
@@ -273,20 +194,17 @@ class WireProducer:
                       self.retry_timeout)
 
     def group_coordinator(self, group: str) -> Connection:
-        if group not in self.groups:
-            self.groups[group] = self._find_coordinator(group, 0)
-        return self.connection(self.groups[group])
+        return self.connection(self.cluster.coordinator(group, GROUP))
 
     def refresh(self, topic: str, partitions: int = 0) -> None:
         """Metadata of ``topic`` from any live broker: every partition's leader (asked again
         while one of the first ``partitions``, or of all the broker names, has none)."""
 
         def ask() -> None:
-            r = self.connect().call(METADATA, metadata_request(topic), LOOKUP_TIMEOUT)
-            brokers, errors, found = metadata_answer(r, topic)
-            self.brokers.update(brokers)
-            for name, error in errors:
-                self._check(error, f"Metadata of topic {name!r}")
+            meta = self.cluster.metadata([topic])
+            for name, answer in meta.topics.items():
+                self._check(answer.error, f"Metadata of topic {name!r}")
+            found = meta.topics[topic].leaders if topic in meta.topics else {}
             leaders = np.full(max(partitions, len(found)), -1, dtype=np.int64)
             for index, leader in found.items():
                 if 0 <= index < len(leaders):
@@ -335,7 +253,7 @@ class WireProducer:
         """Send the rows ``order`` (grouped by target partition) to ``topic`` (in this
         transaction, if transactional) and return once every batch is acknowledged; returns
         the number of records. ``header``: a recovery key on each record
-        (``wire_protocol.encode``)."""
+        (``wire_encode.encode``)."""
         if not len(order):
             return 0
         if len(self.leaders.get(topic, ())) < partition_count:
@@ -369,7 +287,7 @@ class WireProducer:
         TxnOffsetCommit to the group's coordinator."""
         if self.tv2:  # the group joins with the TxnOffsetCommit
             self.open = True
-            body = wire_flexible.txn_offset_commit(
+            body = flexible.txn_offset_commit(
                 str(self.transactional_id), group, self.producer_id, self.epoch, topic,
                 partition, offset, metadata)
             self._commit_offset(group, body, TV2_VERSIONS[TXN_OFFSET_COMMIT])
@@ -394,7 +312,7 @@ class WireProducer:
         def commit() -> None:
             r = self.group_coordinator(group).call(TXN_OFFSET_COMMIT, body, version=version)
             if version >= TV2_VERSIONS[TXN_OFFSET_COMMIT]:
-                errors = wire_flexible.txn_offset_commit_errors(r)
+                errors = flexible.txn_offset_commit_errors(r)
             else:
                 r.take(">i")  # throttle
                 errors = []
@@ -403,11 +321,10 @@ class WireProducer:
                     errors.extend(r.take(">ih")[1] for _ in range(r.take(">i")))
             for error in errors:
                 if error in COORDINATOR_MOVED:
-                    self.groups.pop(group, None)
+                    self.cluster.forget(group, GROUP)
                 self._check(error, f"TxnOffsetCommit of group {group!r}")
 
-        self.retrying(commit, f"TxnOffsetCommit of group {group!r}", self.retry_timeout,
-                      group=group)
+        self.retrying(commit, f"TxnOffsetCommit of group {group!r}", self.retry_timeout)
 
     def end(self, commit: bool) -> None:
         """``EndTxn``: commit or abort what this attempt added. Sent again after a lost
@@ -415,13 +332,13 @@ class WireProducer:
         (under transactions v2 too: it knows the epoch it bumped)."""
         v2 = bool(self.tv2)
         version = TV2_VERSIONS[END_TXN] if v2 else VERSIONS[END_TXN]
-        body = (wire_flexible.end_txn(str(self.transactional_id), self.producer_id, self.epoch,
+        body = (flexible.end_txn(str(self.transactional_id), self.producer_id, self.epoch,
                                       commit) if v2 else string(self.transactional_id)
                 + struct.pack(">qhb", self.producer_id, self.epoch, 1 if commit else 0))
 
         def ask() -> None:
             r = self.txn_coordinator().call(END_TXN, body, version=version)
-            error, pid, epoch = (wire_flexible.end_txn_answer(r) if v2
+            error, pid, epoch = (flexible.end_txn_answer(r) if v2
                                  else (r.take(">ih")[1], -1, -1))
             self._check(error, "EndTxn", coordinator=True)
             if pid >= 0:  # v2: the epoch the markers carry, the next transaction's
@@ -445,8 +362,8 @@ class WireProducer:
     def _check(self, code: int, request: str, coordinator: bool = False) -> None:
         if code == 0:
             return
-        if coordinator and code in COORDINATOR_MOVED:
-            self.coordinator = None
+        if coordinator and code in COORDINATOR_MOVED and self.transactional_id is not None:
+            self.cluster.forget(self.transactional_id, TRANSACTION)
         name = ERRORS.get(code, f"error {code}")
         if code in FENCED:
             raise WireError(f"{self.who}: {request}: {name}: a newer attempt of this task "
@@ -454,41 +371,14 @@ class WireProducer:
         raise WireError(f"{self.who}: {request}: {name}", code)
 
     def backoff(self, attempt: int, reconnect: bool = False) -> float:
-        """librdkafka's backoff: ``retry.backoff.ms`` doubling to its maximum, or after a
-        connection failed, ``reconnect.backoff.ms`` doubling to its maximum."""
-        s = self.settings
-        first, most = ((s.reconnect_backoff, s.reconnect_backoff_max) if reconnect
-                       else (s.retry_backoff, s.retry_backoff_max))
-        return float(min(first * (2 ** min(attempt, 16)), most))
+        return self.cluster.backoff(attempt, reconnect)
 
-    def retrying(self, ask: Callable[[], T], what: str, timeout: float,
-                 group: str | None = None) -> T:
-        """``ask()`` until it succeeds, a non-retriable error, or ``timeout``. A lost
-        connection counts as retriable (these requests are safe to send again); the
-        coordinator it was is looked up again."""
-        deadline = time.monotonic() + timeout
-        attempt = 0
-        while True:
-            try:
-                return ask()
-            except WireError as e:
-                lost = isinstance(e, ConnectionLost) or e.code == NETWORK_EXCEPTION
-                if lost:
-                    self.coordinator = None  # found again: it may have moved
-                    if group is not None:
-                        self.groups.pop(group, None)
-                pause = self.backoff(attempt, reconnect=lost)
-                if e.code == CONCURRENT_TRANSACTIONS:
-                    # The previous transaction's markers are still being written: they end
-                    # on the broker's time, not ours, so poll at a short, fixed interval
-                    # (Java polls AddPartitionsToTxn at 20 ms) instead of doubling to 1 s,
-                    # which overshot their end by up to a second per task.
-                    pause = min(pause, CONCURRENT_POLL)
-                attempt += 1
-                if e.code not in RETRIABLE or time.monotonic() + pause > deadline:
-                    if e.code in RETRIABLE:
-                        raise WireError(f"{self.who}: {what}: still {e.name} after "
-                                        f"{timeout:.0f}s ({e})", e.code) from None
-                    raise
-                log.debug("%s: %s: %s; asking again in %.2fs", self.who, what, e, pause)
-                time.sleep(pause)
+    def retrying(self, ask: Callable[[], T], what: str, timeout: float) -> T:
+        """``ask()`` until it succeeds, a non-retriable error, or ``timeout`` (the wire
+        client's retry: a lost connection is retriable and every coordinator is found again).
+        CONCURRENT_TRANSACTIONS, the previous transaction's markers still being written,
+        ends on the broker's time, not ours: it is polled at a short, fixed interval (Java
+        polls AddPartitionsToTxn at 20 ms) instead of doubling to 1 s, which overshot their
+        end by up to a second per task."""
+        return self.cluster.retrying(ask, what, timeout,
+                                     poll={CONCURRENT_TRANSACTIONS: CONCURRENT_POLL})

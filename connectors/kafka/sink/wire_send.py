@@ -40,11 +40,11 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from connectors.kafka.sink import wire_flexible
-from connectors.kafka.sink.wire_protocol import (
+from connectors.kafka.sink.wire_encode import MAX_REQUEST_BYTES
+from connectors.kafka.wire import flexible
+from connectors.kafka.wire.protocol import (
     DUPLICATE_SEQUENCE,
     ERRORS,
-    MAX_REQUEST_BYTES,
     NETWORK_EXCEPTION,
     OUT_OF_ORDER_SEQUENCE,
     PRODUCE,
@@ -91,7 +91,7 @@ class Sender:
         self.v2 = bool(producer.tv2)
         self.version = TV2_VERSIONS[PRODUCE] if self.v2 else VERSIONS[PRODUCE]
         if self.v2:
-            self.head = wire_flexible.produce_head(producer.transactional_id, timeout_ms, topic)
+            self.head = flexible.produce_head(producer.transactional_id, timeout_ms, topic)
         else:
             self.head = string(producer.transactional_id) + struct.pack(
                 ">hii", -1, timeout_ms, 1) + string(topic)
@@ -223,7 +223,7 @@ class Sender:
 
     def parts(self, request: Request) -> list[bytes | memoryview]:
         if self.v2:
-            return wire_flexible.produce_parts(self.head, request, self.view)
+            return flexible.produce_parts(self.head, request, self.view)
         out: list[bytes | memoryview] = [self.head + struct.pack(">i", len(request))]
         for part, a, b in request:
             out.append(struct.pack(">ii", part, b - a))
@@ -257,7 +257,7 @@ class Sender:
         """Read one Produce answer; the first refusal in it (None: none)."""
         by_partition = {b[0]: b for b in request}
         refused: WireError | None = None
-        for part, code in (wire_flexible.produce_answers(r) if self.v2 else _answers(r)):
+        for part, code in (flexible.produce_answers(r) if self.v2 else _answers(r)):
             if code in (0, DUPLICATE_SEQUENCE):
                 self.known(part)
                 continue

@@ -131,9 +131,9 @@ class Clusters:
                       conf=c.kafka, error=KafkaSourceError, where="from the Spark driver",
                       started=started)
         # A missing ACL fails here, naming it, before any window is planned or read.
-        preflight.preflight(admin, c.kafka, self.needs(c), who="eo_kafka",
-                         timeout=self.opts.connect_timeout, error=KafkaSourceError,
-                         retry_timeout=self.opts.metadata_retry_timeout)
+        preflight.preflight(c.kafka, self.needs(c), who="eo_kafka",
+                            timeout=self.opts.connect_timeout, error=KafkaSourceError,
+                            retry_timeout=self.opts.metadata_retry_timeout)
         self._reached.add(c.name)
 
     def needs(self, c: ClusterSpec) -> list[tuple[access.Acl, str]]:

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 
-from connectors.kafka.sink.wire_protocol import (
+from connectors.kafka.wire.protocol import (
     API_VERSIONS,
     TV2_VERSIONS,
     Connection,

@@ -1,4 +1,4 @@
-"""SASL for the wire path's connections (:mod:`connectors.kafka.sink.wire_protocol`):
+"""SASL for the wire path's connections (:mod:`connectors.kafka.wire.protocol`):
 PLAIN and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), as Kafka speaks them with
 ``SaslHandshake`` v1 and ``SaslAuthenticate`` v1.
 
@@ -55,7 +55,7 @@ class SaslFailed(Exception):
 
 def authenticate(call: Callable[[int, bytes], Any], login: Login) -> int:
     """Log in on a new connection; ``call(api, body)`` sends a request and returns the
-    answer's reader (wire_protocol.Connection.call). Returns the session's lifetime in ms
+    answer's reader (protocol.Connection.call). Returns the session's lifetime in ms
     that the broker announced (KIP-368; 0: no limit)."""
     r = call(SASL_HANDSHAKE, _string(login.mechanism))
     error = r.take(">h")

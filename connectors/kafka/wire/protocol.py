@@ -1,14 +1,14 @@
-"""Kafka's wire protocol, as far as the transactional sink's wire path needs it
-(:mod:`connectors.kafka.sink.wire`): the request versions, error codes, settings read from the
-librdkafka configuration, one broker connection, and the record-batch encoder's Python side
-(``_record_batch.encode``, C).
+"""Kafka's wire protocol, as far as this package speaks it: the request versions, error
+codes, the primitive encodings and one broker connection. The sink's record batches are
+encoded by :mod:`connectors.kafka.sink.wire_encode`; the look-ups both connectors make are in
+:mod:`connectors.kafka.wire.cluster` and :mod:`connectors.kafka.wire.admin`.
 
 The request versions without tagged fields are used (Produce 7, Metadata 7,
 FindCoordinator 1, InitProducerId 1, AddPartitionsToTxn 2, AddOffsetsToTxn 2, EndTxn 2,
 TxnOffsetCommit 2: Kafka 2.1 and later, 4.x included); ``ApiVersions`` confirms them on
 every new bootstrap connection. Where the cluster has transactions v2 (KIP-890 part 2), the
 transactional path speaks the flexible versions of :data:`TV2_VERSIONS` instead
-(:mod:`connectors.kafka.sink.wire_flexible`).
+(:mod:`connectors.kafka.wire.flexible`).
 """
 
 from __future__ import annotations
@@ -19,23 +19,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from connectors.core.errors import KafkaSinkError
+from connectors.core.errors import ConnectorError
 from connectors.kafka.common import FAMILY
-from connectors.kafka.sink.wire_sasl import (
+from connectors.kafka.wire.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     SaslFailed,
     authenticate,
 )
-from connectors.kafka.sink.wire_settings import Settings
-
-try:  # built at install time where a C compiler is (setup.py)
-    from connectors.kafka.sink import _record_batch  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the install
-    _record_batch = None
+from connectors.kafka.wire.settings import Settings
 
 # API keys and the (non-flexible) versions this module speaks.
 PRODUCE, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 3, 10, 18
@@ -67,6 +59,8 @@ ERRORS = {
     19: "NOT_ENOUGH_REPLICAS", 20: "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
     29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",
     31: "CLUSTER_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION",
+    36: "TOPIC_ALREADY_EXISTS", 37: "INVALID_PARTITIONS", 38: "INVALID_REPLICATION_FACTOR",
+    41: "NOT_CONTROLLER", 69: "GROUP_ID_NOT_FOUND",
     45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
     47: "INVALID_PRODUCER_EPOCH", 48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING",
     50: "INVALID_TRANSACTION_TIMEOUT", 51: "CONCURRENT_TRANSACTIONS",
@@ -77,7 +71,7 @@ ERRORS = {
 }
 #: Asked again (Kafka marks them retriable; CONCURRENT_TRANSACTIONS: the previous attempt's
 #: transaction is still being completed or aborted).
-RETRIABLE = frozenset({3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 51, 56, 74, 75, 89})
+RETRIABLE = frozenset({3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 41, 51, 56, 74, 75, 89})
 #: The coordinator moved or is not there: find it again.
 COORDINATOR_MOVED = frozenset({15, 16})
 #: This producer was fenced by a newer attempt of the same task.
@@ -85,26 +79,6 @@ FENCED = frozenset({47, 90})
 DUPLICATE_SEQUENCE, OUT_OF_ORDER_SEQUENCE, NETWORK_EXCEPTION = 46, 45, 13
 #: The previous transaction of the transactional.id still writing its commit markers.
 CONCURRENT_TRANSACTIONS = 51
-
-#: The largest Produce request, summed over its batches (the broker takes up to
-#: ``socket.request.max.bytes``, 100 MiB by default).
-MAX_REQUEST_BYTES = 16 << 20
-#: Rows are encoded and sent in chunks of about this many bytes of keys and values: big
-#: enough that each of 1,000 partitions gets a batch of a hundred records or more, small
-#: enough that a task holds two chunks at most.
-CHUNK_BYTES = 32 << 20
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of ``data``, as record batches carry it."""
-    if _record_batch is None:
-        raise KafkaSinkError(f"{FAMILY}: the _record_batch extension is not built (internal)")
-    return int(_record_batch.crc32c(data))
-
-
-def encoder_built() -> bool:
-    """Whether the record-batch encoder (the C extension) is built here."""
-    return _record_batch is not None
-
 
 #: The longest wait for a lookup any live broker answers at once (Metadata, FindCoordinator,
 #: ApiVersions): a broker that does not answer in this time is left for the next one.
@@ -114,8 +88,10 @@ LOOKUP_TIMEOUT = 10.0
 REAUTH_AT = 0.85
 
 
-class WireError(KafkaSinkError):
-    """A Kafka error answer; ``code`` is Kafka's error code."""
+class WireError(ConnectorError):
+    """A Kafka error answer, or a connection that failed (:class:`ConnectionLost`); ``code``
+    is Kafka's error code. The connectors raise it as their own family's error where it
+    leaves the wire client."""
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
@@ -203,72 +179,6 @@ def compact(s: str | None) -> bytes:
     return uvarint(len(b) + 1) + b
 
 
-def metadata_request(topic: str) -> bytes:
-    """Metadata v7 of one topic, without creating it."""
-    return struct.pack(">i", 1) + string(topic) + b"\x00"
-
-
-def metadata_answer(r: _Reader, topic: str) -> tuple[dict[int, tuple[str, int]],
-                                                      list[tuple[str | None, int]],
-                                                      dict[int, int]]:
-    """A Metadata v7 answer: ``(brokers: node -> (host, port), each topic's (name, error
-    code), topic's partitions: index -> leader, -1 where the partition has an error)``."""
-    r.take(">i")  # throttle
-    brokers = {node: (host or "", port) for node, host, port, _rack in r.array(
-        lambda: (r.take(">i"), r.string(), r.take(">i"), r.string()))}
-    r.string()  # cluster id
-    r.take(">i")  # controller
-    errors, found = [], {}
-    for _ in range(r.take(">i")):
-        error = r.take(">h")
-        name = r.string()
-        r.take(">b")
-        for _ in range(r.take(">i")):
-            perror, index, leader, _epoch = r.take(">hiii")
-            for _ in range(3):  # replicas, isr, offline
-                count = r.take(">i")
-                r.at += 4 * max(count, 0)
-            if name == topic:
-                found[index] = leader if perror == 0 else -1
-        errors.append((name, error))
-    return brokers, errors, found
-
-
-def column(arr: pa.Array | None) -> tuple[Any, ...] | None:
-    """An Arrow binary column as ``_record_batch.encode`` and ``hash64`` take it."""
-    if arr is None:
-        return None
-    validity, offsets, data = arr.buffers()[:3]
-    large = pa.types.is_large_binary(arr.type)
-    return (offsets, data, validity if arr.null_count else None, arr.offset, large)
-
-
-def encode(values: pa.Array, keys: pa.Array | None, order: np.ndarray, parts: np.ndarray,
-           seqs: np.ndarray, producer_id: int, epoch: int, max_batch_bytes: int, *,
-           transactional: bool = True, header: tuple[str, bytes] | None = None,
-           seq_base: int = 0) -> tuple[bytearray, np.ndarray, np.ndarray]:
-    """The rows ``order`` (grouped by partition, ``parts[order]`` ascending) as record
-    batches: ``(data, batches, partitions)``, ``batches`` an ``(n, 4)`` array of (group,
-    start, end, records), ``partitions`` each group's partition. ``seqs`` holds each
-    partition's next sequence and is advanced. ``header``: (name, value prefix) of a header
-    on every record whose value ends in ``seq_base`` + the row index (8 bytes)."""
-    if _record_batch is None:
-        raise KafkaSinkError(f"{FAMILY}: the _record_batch extension is not built (internal)")
-    target = parts[order]
-    cut = np.flatnonzero(np.diff(target)) + 1
-    starts = np.concatenate(([0], cut, [len(order)])).astype(np.int64)
-    partitions = target[starts[:-1]].astype(np.int64)
-    first = (seqs[partitions] % (1 << 31)).astype(np.int32)
-    name, prefix = header if header is not None else (None, b"")
-    data, meta = _record_batch.encode(
-        column(values), column(keys), len(values), np.ascontiguousarray(order, np.int64),
-        starts, first, int(time.time() * 1000), producer_id, epoch, int(transactional),
-        max_batch_bytes, name, prefix, seq_base)
-    batches = np.frombuffer(meta, dtype=np.int64).reshape(-1, 4)
-    np.add.at(seqs, partitions[batches[:, 0]], batches[:, 3])
-    return data, batches, partitions
-
-
 # -- connections ----------------------------------------------------------------------------------
 class ConnectionLost(WireError):
     """A broker connection that broke, timed out or answered out of protocol: every request
@@ -350,8 +260,8 @@ class Connection:
             correlation = next(iter(self.pending))
         api = self.pending.get(correlation)
         if api is None:
-            raise KafkaSinkError(f"{FAMILY}: no request {correlation} waits on "
-                                 f"{self.address} (internal)")
+            raise WireError(f"{FAMILY}: no request {correlation} waits on "
+                            f"{self.address} (internal)", -1)
         body = self.answers.pop(correlation, None)
         while body is None:
             if self.broken:
@@ -427,5 +337,8 @@ class ProtocolViolation(Exception):
     """An answer no correct broker sends (internal: it closes the connection)."""
 
 
-class UnsupportedBroker(KafkaSinkError):
-    """The broker does not serve a request version the wire path needs."""
+class UnsupportedBroker(WireError):
+    """The broker does not serve a request version the wire client needs."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 35)

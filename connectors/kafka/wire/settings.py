@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.kafka.sink.wire_sasl import Login
+from connectors.kafka.wire.sasl import MECHANISMS, Login, mechanism_of
 
 #: The largest record batch (librdkafka's and the broker's default ``message.max.bytes``;
 #: ``kafka.message.max.bytes`` lowers or raises it).
@@ -71,7 +71,7 @@ class Settings:
     login: Login | None
 
     @classmethod
-    def of(cls, conf: Mapping[str, Any]) -> Settings:
+    def of(cls, conf: Mapping[str, Any], client_id: str = "eo-kafka-sink") -> Settings:
         servers = []
         listed = conf.get("bootstrap.servers") or conf.get("metadata.broker.list") or ""
         for item in str(listed).split(","):
@@ -84,7 +84,7 @@ class Settings:
         request_timeout = _ms(conf, "request.timeout.ms", 30000)
         return cls(
             bootstrap=tuple(servers),
-            client_id=str(conf.get("client.id", "eo-kafka-sink")),
+            client_id=str(conf.get("client.id", client_id)),
             request_timeout=request_timeout,
             # librdkafka waits socket.timeout.ms for a Produce answer; the broker may take
             # request.timeout.ms to answer one, so the client always waits longer than that.
@@ -142,3 +142,20 @@ def not_honoured(conf: Mapping[str, Any]) -> list[str]:
     if str(conf.get("socket.nagle.disable", "true")).lower() == "false":
         out.append("socket.nagle.disable")
     return out
+
+
+def connection_unsupported(conf: Mapping[str, Any]) -> str | None:
+    """Why the wire client cannot connect with this librdkafka configuration the way
+    librdkafka would (None: it can): a security protocol or SASL mechanism it does not
+    speak, or a connection setting it does not honour."""
+    protocol = str(conf.get("security.protocol", "plaintext")).lower()
+    if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
+        return f"security.protocol={protocol}"
+    if protocol.startswith("sasl_") and mechanism_of(conf) not in MECHANISMS:
+        return (f"sasl.mechanism={mechanism_of(conf)} (the wire client speaks "
+                f"{', '.join(MECHANISMS)})")
+    ignored = not_honoured(conf)
+    if ignored:
+        return (f"{', '.join(ignored)} set (the wire client does not honour "
+                f"{'it' if len(ignored) == 1 else 'them'}; docs/kafka-sink.md, Produce paths)")
+    return None
