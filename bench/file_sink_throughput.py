@@ -26,7 +26,7 @@ short warm-up run of both. ``commit_overhead_ms`` is the median driver-side comm
 one ``eo_files`` batch of 2 files (plan, renames, logs, cleanup), measured without Spark
 (``s3_commit_overhead_ms`` the same on S3).
 
-Ends with one line: ``RESULT {json}`` (DESIGN.md section 11).
+Ends with one line: ``RESULT {json}`` (bench/README.md, "The RESULT line").
 """
 
 from __future__ import annotations

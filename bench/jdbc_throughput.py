@@ -29,7 +29,7 @@ Python Arrow transfer, the floor under any Python writer (``eo_jdbc`` included).
 throughput figure is the best of ``--repeat`` interleaved runs (default 3), after one
 untimed full-size warm-up run of each Spark writer (JIT), because the machine may be shared.
 
-Ends with one line: ``RESULT {json}`` (DESIGN.md section 11).
+Ends with one line: ``RESULT {json}`` (bench/README.md, "The RESULT line").
 """
 
 from __future__ import annotations

@@ -44,10 +44,11 @@ records read and total time are reported next to a clean task of the same size.
 
 ``txn_commit_overhead_ms`` is a transactional task's commit step (commit fact +
 ``commit_transaction``), ``txn_task_setup_ms`` its ``init_transactions`` + fact check.
-``fact_designs`` compares the two ways DESIGN.md section 6 weighed to record a commit fact:
-a record in a side topic vs a consumer-group offset, per-transaction cost and check cost.
+``fact_designs`` compares the two ways to record a commit fact that the design weighed
+(docs/kafka-sink.md, "The design weighed a commit record in a side topic"): a record in a
+side topic vs a consumer-group offset, per-transaction cost and check cost.
 
-The last line is ``RESULT {json}`` (DESIGN.md section 11). The broker is
+The last line is ``RESULT {json}`` (bench/README.md, "The RESULT line"). The broker is
 ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka from the Maven-resolved jars.
 """
 

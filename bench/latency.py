@@ -35,8 +35,8 @@ the median of each part of Spark's ``durationMs`` (``latestOffset``, ``queryPlan
 batches. Ratio keys ``<pipeline>_<rate>_ratio_p50_spark_kafka`` /
 ``..._ratio_p99_spark_kafka`` are ours / Spark's: lower is better.
 
-The last line is ``RESULT {json}`` (DESIGN.md section 11), with ``table_md``: the latency
-table that bench/run_all.py puts into BENCHMARKS.md.
+The last line is ``RESULT {json}`` (bench/README.md, "The RESULT line"), with
+``table_md``: the latency table that bench/run_all.py puts into BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ retention batches, so it is what a long run costs. Retention (the newest 10 Kafk
 commits, 100 file-sink log records, 100 source windows) costs one LIST and one bulk DELETE
 every 10th batch, whatever the number kept: the per-batch figure does not grow with it.
 
-Ends with ``RESULT {json}`` (DESIGN.md section 11); ``*_ratio_local`` keys are S3 / local
-disk commit times (lower is better).
+Ends with ``RESULT {json}`` (bench/README.md, "The RESULT line"); ``*_ratio_local`` keys
+are S3 / local disk commit times (lower is better).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
     python bench/run_all.py --quick         # small --rows for a smoke run
     python bench/run_all.py --only jdbc     # one benchmark
 
-Each benchmark prints a final ``RESULT {json}`` line (DESIGN.md section 11); this script
-parses those lines only, so a benchmark's own logs never confuse the report.
+Each benchmark prints a final ``RESULT {json}`` line (bench/README.md, "The RESULT line");
+this script parses those lines only, so a benchmark's own logs never confuse the report.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, qui
         f"Machine: {machine()}.",
         "",
         "Each ratio compares our connector with a baseline measured in the same run on the "
-        "same machine (DESIGN.md section 11). Absolute rows/s vary between machines; ratios "
+        "same machine (bench/README.md). Absolute rows/s vary between machines; ratios "
         "are the figures to compare.",
         "",
         "| benchmark | rows | ours rows/s | baseline rows/s | ratio | meets target |",

@@ -28,7 +28,7 @@ must grow neither with the backlog nor with the partition count, since the reade
 bounded Arrow batches, librdkafka's prefetch is capped, and a worker keeps a bounded number
 of consumers. Last, the driver's cost of one micro-batch and of one ``KafkaWindows`` window
 over the same topic (``planning_cost``: milliseconds and Kafka requests). The last line is
-``RESULT {json}`` (DESIGN.md section 11).
+``RESULT {json}`` (bench/README.md, "The RESULT line").
 
 The broker is ``KAFKA_BOOTSTRAP_SERVERS`` or a local Apache Kafka (bench/_common.py).
 """

@@ -1,4 +1,5 @@
-"""Session fixtures for real services, found in the order of DESIGN.md section 10:
+"""Session fixtures for real services, found in the order tests/README.md gives ("How the
+fixtures find services"):
 
 1. an environment variable naming an existing service (``KAFKA_BOOTSTRAP_SERVERS``,
    ``POSTGRES_DSN``, ``MYSQL_URL``, ``WEBHDFS_URL``);
@@ -122,7 +123,7 @@ def start_broker(workdir: str, advertised_port: int | None = None) -> LocalBroke
 @pytest.fixture(scope="session")
 def kafka_broker(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaService]:
-    """The session's broker, in the order of DESIGN.md section 10:
+    """The session's broker, in the order of tests/README.md, "How the fixtures find services":
     ``KAFKA_BOOTSTRAP_SERVERS``; testcontainers when Docker answers; Apache Kafka started
     from the Maven-resolved jars; tansu only when Java or Maven is missing."""
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
@@ -381,7 +382,7 @@ class HdfsService:
 @pytest.fixture(scope="session")
 def hdfs_service(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsService]:
-    """A real HDFS, in the order of DESIGN.md section 10:
+    """A real HDFS, in the order of tests/README.md, "How the fixtures find services":
 
     1. ``WEBHDFS_URL`` (a NameNode's HTTP address, e.g. ``http://nn:9870``), with
        ``HDFS_URL`` for its ``hdfs://`` name (default ``hdfs://<host>:8020``);
@@ -506,7 +507,7 @@ def registry_behind_basic_auth(request: pytest.FixtureRequest, schema_registry: 
 @pytest.fixture(scope="session")
 def s3_service(request: pytest.FixtureRequest,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
-    """A real S3 server, in the order of DESIGN.md section 10:
+    """A real S3 server, in the order of tests/README.md, "How the fixtures find services":
 
     1. ``S3_ENDPOINT_URL`` with ``S3_ACCESS_KEY_ID``/``S3_SECRET_ACCESS_KEY`` (the
        connectors' identity: read, write, list) and ``S3_ADMIN_ACCESS_KEY_ID``/

@@ -1,4 +1,5 @@
-"""The one sink protocol that the JDBC, Kafka and file sinks implement (DESIGN.md section 9).
+"""The one sink protocol that the JDBC, Kafka and file sinks implement (docs/design.md,
+"One sink protocol, two adapters").
 
 All three sinks have the same shape: executor tasks *stage* their rows, then the driver
 *commits the batch once*. A sink class therefore contains only its own storage logic;

@@ -1,6 +1,7 @@
 """Write-ahead log: small JSON records, one file each, atomic on every backend.
 
-Layout (DESIGN.md section 4)::
+Layout (every record and marker a create: docs/design.md, "Storage: the commit point is a
+create")::
 
     <walPath>/<kind>/00000000000000000007.json     record of window/batch 7
     <walPath>/<kind>/00000000000000000007.commit   marker: window 7 is committed

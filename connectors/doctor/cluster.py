@@ -89,7 +89,9 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
     if missing:
         return Check("kafka", name, WARN, f"{found}; the wire path's requests are not all "
                      f"served ({', '.join(missing)}): wireProduce=true goes through librdkafka",
-                     "nothing to do for wireProduce=false (the default)")
+                     "nothing to do: the Kafka sink (wireProduce=true, the default) uses "
+                     "librdkafka on this broker by itself; Kafka 2.1 or later serves the "
+                     "wire path")
     if not verifies:
         return Check("kafka", name, WARN, f"{found}; wire path requests served",
                      "transactional=true with wireProduce=true goes through librdkafka on "

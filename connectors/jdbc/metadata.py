@@ -1,4 +1,5 @@
-"""The commit table of the JDBC sink: ``eo_sink_commits`` (DESIGN.md section 7).
+"""The commit table of the JDBC sink: ``eo_sink_commits`` (docs/jdbc-sink.md,
+"How a batch is written").
 
 One row per sink: ``(sink_id, batch_id, rows, committed_at)``. It is Apex Malhar's
 ``dt_meta(app id, operator id, window)``: the last batch id whose rows are in the target,

@@ -1,4 +1,4 @@
-"""``eo_jdbc``: the transactional JDBC sink (DESIGN.md section 7).
+"""``eo_jdbc``: the transactional JDBC sink (docs/design.md, "JDBC sink").
 
 Use it as ``writeStream.format("eo_jdbc")``, as ``writeStream.foreachBatch(JdbcSink(...))``
 or as ``JdbcSink(...).write(df, batch_id)``. The exactly-once mechanism is Apex Malhar's
@@ -59,7 +59,7 @@ class JdbcSink(BatchSink):
       (``smallBatchRows``) skips the staging transactions: its rows go to the driver and are
       written in the commit transaction alone.
 
-    Protocol of one batch ``B`` (DESIGN.md section 7; each step is marked ``# 1.``,
+    Protocol of one batch ``B`` (docs/design.md, "JDBC sink"; each step is marked ``# 1.``,
     ``# 2a.``... where it happens):
 
     1. Stage (each task, ``stage``): a task of a batch below the committed one fails first

@@ -1,6 +1,6 @@
 """How a task's rows reach the JDBC sink's commit: three staging strategies, one interface.
 
-Each strategy answers, for the rows of one batch (DESIGN.md section 7):
+Each strategy answers, for the rows of one batch (docs/design.md, "JDBC sink"):
 
 - ``stage(task, batches)`` (executor, step 1): put the task's rows where the commit finds
   them, in the task's own transaction, and return a small message saying what it put there;

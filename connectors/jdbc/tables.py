@@ -1,4 +1,5 @@
-"""The tables of one JDBC sink and their preparation on the driver (DESIGN.md section 7).
+"""The tables of one JDBC sink and their preparation on the driver (docs/jdbc-sink.md,
+"How a batch is written").
 
 - the **target** (``table``): created from the DataFrame schema with ``createTable``, else
   checked: every DataFrame column must exist and take the DataFrame's type, and the write

@@ -1,4 +1,5 @@
-"""Everything that knows Spark lives in this package (DESIGN.md sections 3 and 9).
+"""Everything that knows Spark lives in this package (docs/architecture.md; the
+sink adapter: docs/design.md, "One sink protocol, two adapters").
 
 - ``datasources``: the registered Python DataSources (``eo_kafka``, ``eo_jdbc``,
   ``eo_files``);

@@ -73,7 +73,7 @@ class _SinkDataSource(DataSource):
 
 
 class EoJdbcDataSource(_SinkDataSource):
-    """``eo_jdbc``: transactional JDBC sink (DESIGN.md section 7)."""
+    """``eo_jdbc``: transactional JDBC sink (docs/design.md, "JDBC sink")."""
 
     family = "eo_jdbc"
     factory = staticmethod(_jdbc_sink)
@@ -84,7 +84,7 @@ class EoJdbcDataSource(_SinkDataSource):
 
 
 class EoFilesDataSource(_SinkDataSource):
-    """``eo_files``: atomic-rename file sink (DESIGN.md section 8)."""
+    """``eo_files``: the exactly-once file sink (docs/design.md, "File sink")."""
 
     family = "eo_files"
     factory = staticmethod(_files_sink)

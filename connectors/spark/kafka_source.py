@@ -1,4 +1,4 @@
-"""PySpark readers of the ``eo_kafka`` source (DESIGN.md section 5).
+"""PySpark readers of the ``eo_kafka`` source (docs/design.md, "Kafka source").
 
 - :class:`KafkaStreamReader`: ``spark.readStream.format("eo_kafka")``: micro-batches with
   admission control (``getDefaultReadLimit``/``latestOffset(start, limit)``),

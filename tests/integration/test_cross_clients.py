@@ -1,4 +1,5 @@
-"""Clients we did not write check our output (DESIGN.md section 10), on the real broker:
+"""Clients we did not write check our output (tests/README.md, "Clients we did not write"),
+on the real broker:
 
 - Spark's own JVM Kafka source (``format("kafka")``, read_committed) reads what the
   ``eo_kafka`` sink wrote, in both delivery modes, after Spark replayed a committed batch;

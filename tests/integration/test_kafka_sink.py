@@ -1,4 +1,5 @@
-"""The exactly-once Kafka sink against a real broker and real Spark (DESIGN.md section 6).
+"""The exactly-once Kafka sink against a real broker and real Spark (docs/design.md, "Kafka sink:
+recovery keys").
 
 Output is read back with ``read_topic``/``scan_topic`` (to partition EOF, ``read_committed``
 unless a test says otherwise). Input data is written with an idempotent producer.

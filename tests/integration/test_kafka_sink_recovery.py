@@ -1,4 +1,5 @@
-"""Crash recovery and task retries of the exactly-once Kafka sink (DESIGN.md sections 6, 10).
+"""Crash recovery and task retries of the exactly-once Kafka sink (docs/design.md, "Kafka
+sink: recovery keys" and "Kafka sink: transactional path"; tests/README.md, "Recovery tests").
 
 Copy pipeline: topic A (20,000 records, 4 partitions) ->
 ``value = 'B:' || value`` -> ``eo_kafka`` sink -> topic B (4 partitions). One pipeline per

@@ -1,4 +1,5 @@
-"""The Kafka sink's transactional mode on Apache Kafka (DESIGN.md section 6, issue 12).
+"""The Kafka sink's transactional mode on Apache Kafka (issue 12; docs/design.md,
+"Kafka sink: transactional path").
 
 One Kafka transaction per task attempt holds its rows and a commit fact (a consumer-group
 offset sent with ``send_offsets_to_transaction``). These tests use the protocol without

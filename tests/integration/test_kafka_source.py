@@ -1,4 +1,4 @@
-"""The eo_kafka source against a real broker and real Spark (DESIGN.md section 5).
+"""The eo_kafka source against a real broker and real Spark (docs/design.md, "Kafka source").
 
 Test data is produced with an idempotent producer (``produce_records``), on Apache Kafka.
 """

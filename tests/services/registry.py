@@ -1,6 +1,6 @@
 """The schema registry of the test tier: a real, Confluent-compatible one, never a mock.
 
-Found in the order of DESIGN.md section 10:
+Found in the order tests/README.md gives ("How the fixtures find services"):
 
 1. ``SCHEMA_REGISTRY_URL``: an existing registry's Confluent API base URL (Confluent's own
    ``http://host:8081``, Apicurio's ``http://host:8080/apis/ccompat/v7``, Karapace, ...);

@@ -1,4 +1,4 @@
-"""The read-only Kafka lookups of ``lag`` and ``transactions`` (``connectors/kafka/lookup``)
+"""The read-only Kafka lookups of ``lag`` and ``transactions`` (``connectors/kafka/lookup.py``)
 against a fake consumer (issue 36, items 0-2): no admin client, no topic auto-creation,
 transient coordinator errors asked again, a denied group named at once, a missing topic or
 an unknown group an error."""

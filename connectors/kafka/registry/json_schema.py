@@ -1,5 +1,5 @@
 """JSON Schema in the Confluent wire format -> Arrow columns (the source's
-``valueFormat=json-schema``; docs/schema-registry.md, "JSON Schema").
+``valueFormat=json-schema``; docs/schema-registry.md, "What the source does").
 
 The payload after the 5-byte header is the record as UTF-8 JSON text. The reader schema (a
 JSON Schema from the registry) gives the Spark type, Spark's ``from_json`` style:

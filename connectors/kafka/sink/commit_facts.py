@@ -1,5 +1,6 @@
-"""Commit facts of the transactional Kafka sink (DESIGN.md section 6, "Transactional mode";
-docs/design.md, "Commit facts").
+"""Commit facts of the transactional Kafka sink (docs/design.md, "Kafka sink:
+transactional path", steps 2T, 2E and 3T; docs/kafka-sink.md, "Commit facts and offsets
+retention").
 
 A task attempt of batch B, writer w commits its rows and a *commit fact* in one Kafka
 transaction, so data and fact become visible together or not at all. The fact is a

@@ -1,5 +1,5 @@
-"""The deterministic order of a task's rows, which the recovery-key mode numbers (DESIGN.md
-s. 6, docs/design.md "Row order").
+"""The deterministic order of a task's rows, which the recovery-key mode numbers
+(docs/design.md, "Row order").
 
 Spark does not promise the order of rows inside a partition after a shuffle, so a replay
 could number the same rows differently. The order must be a function of the rows alone;

@@ -1,4 +1,5 @@
-"""Deterministic routing for the exactly-once Kafka sink (DESIGN.md section 6).
+"""Deterministic routing for the exactly-once Kafka sink (docs/design.md, "Kafka sink:
+recovery keys", the paragraph on routing).
 
 The sink computes every record's target partition itself and passes it to ``produce()``,
 so a retried row lands in the same partition as its first attempt. That is what makes the

@@ -1,8 +1,9 @@
 """Producers of the exactly-once Kafka sink: configuration policy and per-worker caching.
 
-- **Policy.** ``PRODUCER_DEFAULTS`` are the settings the guarantee rests on (DESIGN.md
-  section 6, "Producer"); ``check_producer_config`` refuses user settings that break it
-  unless ``unsafe=true``; ``transactional_id`` names a task's transactional producer.
+- **Policy.** ``PRODUCER_DEFAULTS`` are the settings the guarantee rests on
+  (docs/kafka-sink.md, "Producer defaults"); ``check_producer_config`` refuses user settings
+  that break it unless ``unsafe=true``; ``transactional_id`` names a task's transactional
+  producer.
 - **Caching.** Python workers are reused across tasks, so the recovery-key mode keeps one
   idempotent producer (and one admin client) per configuration, in bounded
   client caches (``ClientCache``: ``MAX_PRODUCERS``, ``MAX_ADMINS``; idle
@@ -25,7 +26,7 @@ from connectors.kafka.common import FAMILY, LIBRDKAFKA_LOG, ClientCache, Lease
 
 log = logging.getLogger(__name__)
 
-#: Producer settings the guarantee rests on (DESIGN.md section 6, "Producer").
+#: Producer settings the guarantee rests on (docs/kafka-sink.md, "Producer defaults").
 PRODUCER_DEFAULTS: dict[str, str] = {
     "enable.idempotence": "true",
     "acks": "all",

@@ -1,4 +1,5 @@
-"""Recovery keys, started markers, the recovery scan and the dedupe decision (DESIGN.md s. 6).
+"""Recovery keys, started markers, the recovery scan and the dedupe decision (docs/design.md,
+"Kafka sink: recovery keys").
 
 Recovery key
     Every record the sink writes carries one header ``eo-rk`` whose value is, in version 2
@@ -423,8 +424,8 @@ def decide(
 ) -> np.ndarray:
     """The dedupe decision of a retry: which rows (True) are already written.
 
-    The rule is DESIGN.md's: rows at or below the max seq present in their target partition
-    are skipped. Two checks keep it honest:
+    The rule is step 2 of docs/design.md, "Kafka sink: recovery keys": rows at or below the
+    max seq present in their target partition are skipped. Two checks keep it honest:
 
     - a seq found in partition p that this attempt does not route to p means the batch's
       input differs from the attempt that wrote it (non-deterministic input, or

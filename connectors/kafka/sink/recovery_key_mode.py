@@ -1,4 +1,5 @@
-"""The recovery-key delivery mode of the exactly-once Kafka sink, its default (DESIGN.md s. 6).
+"""The recovery-key delivery mode of the exactly-once Kafka sink, its default (docs/design.md,
+"Kafka sink: recovery keys").
 
 :class:`RecoveryKeyWriter`: the recovery-key header ``eo-rk`` on every record, a started
 marker before the first record, and on a retry a scan that skips what is already there

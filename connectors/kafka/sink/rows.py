@@ -1,4 +1,5 @@
-"""Row shaping and routing for the exactly-once Kafka sink (DESIGN.md section 6).
+"""Row shaping and routing for the exactly-once Kafka sink (docs/design.md, "Kafka
+sink: recovery keys").
 
 One task's Arrow batches become :class:`Rows` (columns ready for ``produce()``), numbered by
 their position after ``deterministic_order``; :func:`route` gives every row its target

@@ -1,7 +1,8 @@
 """The exactly-once Kafka sink (``eo_kafka`` write side): recovery keys or transactions.
 
-DESIGN.md section 6. Spark's own Kafka sink is at-least-once: a retried task or a replayed
-batch sends its rows again. By default this sink tags every record with a recovery key
+docs/design.md, "Kafka sink: recovery keys" and "Kafka sink: transactional path". Spark's
+own Kafka sink is at-least-once: a retried task or a replayed batch sends its rows again.
+By default this sink tags every record with a recovery key
 (header ``eo-rk`` = sink id, batch id, writer partition, seq; see
 :mod:`connectors.kafka.sink.recovery`) and, on a retry, scans what the earlier attempt already
 wrote and skips it (the Apache Apex exactly-once Kafka output operator, mapped onto Spark
@@ -88,7 +89,7 @@ class KafkaSink(BatchSink):
     Unit of parallelism: one Spark task (writer partition) per input partition; each runs
     its own idempotent (or transactional) producer.
 
-    Protocol for batch B, writer partition w (DESIGN.md section 6):
+    Protocol for batch B, writer partition w (docs/design.md, "Kafka sink: recovery keys"):
 
     1. Task start: if the sink WAL says B is committed, write nothing and report it.
     2. If the started marker ``started/B/w`` exists, this is a retry: scan the target

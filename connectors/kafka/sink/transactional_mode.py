@@ -1,5 +1,5 @@
 """The transactional delivery mode of the exactly-once Kafka sink (``transactional=true``;
-DESIGN.md section 6, "Transactional mode").
+docs/design.md, "Kafka sink: transactional path").
 
 :class:`TransactionalWriter`: one Kafka transaction per task attempt holds its rows and a
 commit fact (:mod:`connectors.kafka.sink.commit_facts`); ``init_transactions`` fences a
@@ -51,7 +51,7 @@ FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
 
 class TransactionalWriter(KafkaWriter):
     """``transactional=true``: one Kafka transaction per task attempt holds its rows and
-    its commit fact (DESIGN.md section 6, "Transactional mode").
+    its commit fact (docs/design.md, "Kafka sink: transactional path").
 
     ``init_transactions`` (with transactional.id ``<sink_id>-<w>``) fences any earlier
     attempt of (B, w) and completes or aborts its open transaction; one stable offset fetch

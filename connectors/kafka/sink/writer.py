@@ -1,4 +1,5 @@
-"""One task attempt of the exactly-once Kafka sink, in any delivery mode (DESIGN.md s. 6).
+"""One task attempt of the exactly-once Kafka sink, in any delivery mode (docs/design.md,
+"Kafka sink: recovery keys", steps 1 and 3).
 
 As in flink-connector-kafka (``KafkaWriter`` / ``ExactlyOnceKafkaWriter``), the mode is a
 type, chosen once per task by ``KafkaSink.stage`` (``writer_for``):

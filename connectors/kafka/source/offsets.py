@@ -2,7 +2,8 @@
 
 Everything here is deterministic: the same inputs give the same outputs, in the same order.
 That is what makes ``partitions(start, end)`` a pure function of ``(start, end)``, so a
-replayed micro-batch reads exactly the rows it read the first time (DESIGN.md section 5).
+replayed micro-batch reads exactly the rows it read the first time (docs/design.md,
+"Kafka source").
 
 Vocabulary:
 

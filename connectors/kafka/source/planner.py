@@ -1,4 +1,5 @@
-"""The ``eo_kafka`` source's planner (DESIGN.md section 5): which offsets each window reads.
+"""The ``eo_kafka`` source's planner: which offsets each window reads (docs/design.md,
+"Kafka source").
 
 This module knows Kafka but not Spark. ``connectors/spark/kafka_source.py`` adapts it to
 PySpark's ``DataSourceStreamReader``/``DataSourceReader`` (and is the only place that
@@ -287,7 +288,7 @@ class KafkaPlanner:
 
     # -- batch windows ---------------------------------------------------------------------
     def next_window(self) -> Window | None:
-        """The window a batch read with ``walPath`` gets (DESIGN.md section 5).
+        """The window a batch read with ``walPath`` gets (docs/design.md, "Kafka source").
 
         - the last window is uncommitted: it again, with exactly the same ranges;
         - otherwise a new window ``[last end, latest)`` (limited by maxOffsetsPerTrigger /

@@ -1,4 +1,5 @@
-"""The source's window WAL: ``<walPath>/source`` (DESIGN.md section 5, "Window WAL").
+"""The source's window WAL: ``<walPath>/source`` (docs/design.md,
+"Kafka source: window WAL and commits").
 
 One record per planned window, ``{"window": 7, "start": {...}, "end": {...}}`` with the
 offsets in Spark's offset JSON (what ``python -m connectors wal show`` prints), and a commit

@@ -1,4 +1,5 @@
-"""Batch windows over Kafka: exactly-once scheduled batch jobs (DESIGN.md section 5).
+"""Batch windows over Kafka: exactly-once scheduled batch jobs (docs/kafka-source.md,
+"Batch windows").
 
 ::
 
