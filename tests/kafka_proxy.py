@@ -15,7 +15,8 @@ correlation id). A :class:`Fault` picks requests (``api`` and ``min_size``) and 
 - ``reset``: half of the request is delivered, then both connections are reset.
 
 Brokers advertise the proxy's port (``advertised_port``) so every connection a client makes
-goes through it. Only 127.0.0.1 is used.
+goes through it. It listens on 127.0.0.1; the broker may be on a host of its own
+(``target_host``: a network namespace's address, tests/services/netns.py).
 """
 
 from __future__ import annotations
@@ -163,8 +164,9 @@ class KafkaProxy(TcpProxy):
     """A proxy in front of one broker port; ``faults`` act on the requests passing
     (``drop_all`` and ``pause`` work as :class:`~tests.tcp_proxy.TcpProxy`'s)."""
 
-    def __init__(self, target_port: int, listen_port: int = 0) -> None:
-        super().__init__(target_port, listen_port)
+    def __init__(self, target_port: int, listen_port: int = 0,
+                 target_host: str = "127.0.0.1") -> None:
+        super().__init__(target_port, listen_port, target_host)
         self.faults: list[Fault] = []
 
     def start(self) -> KafkaProxy:

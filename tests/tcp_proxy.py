@@ -2,7 +2,7 @@
 
 ``drop_all()`` closes every open connection at once (both directions, RST-like), and
 ``pause(seconds)`` additionally refuses new connections for a while: a network partition
-as clients see it. Only 127.0.0.1 is ever used.
+as clients see it. It listens on 127.0.0.1 (``target_host``: where the server is).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import time
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, listen_port: int = 0) -> None:
-        self.target = ("127.0.0.1", target_port)
+    def __init__(self, target_port: int, listen_port: int = 0,
+                 target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", listen_port))

@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.kafka.sink import KafkaSink, producers, wire
 from tests.helpers import assert_topic_exact, read_topic, scan_topic
@@ -148,7 +147,7 @@ def test_an_unknown_topic_fails_with_its_name(kafka_bootstrap, tmp_path):
                                  f"wire-missing-{uuid.uuid4().hex[:6]}", "test", 2)
     try:
         producer.init(30)
-        with pytest.raises(KafkaSinkError, match=rf"{topic}.*UNKNOWN_TOPIC_OR_PARTITION"):
+        with pytest.raises(wire.WireError, match=rf"{topic}.*UNKNOWN_TOPIC_OR_PARTITION"):
             producer.refresh(topic, 1)
     finally:
         producer.close()
@@ -208,7 +207,7 @@ def test_transactions_v2_join_partitions_with_the_produce_and_fence_the_ended_ep
         for part in (0, 3):
             producer.epoch = epoch
             producer.seqs.clear()
-            with pytest.raises(KafkaSinkError) as e:
+            with pytest.raises(wire.WireError) as e:
                 producer.produce(topic, 4, values.slice(0, 1), None,
                                  np.array([part], np.int64), np.array([0], np.int64))
             # Partition 0 has the markers' epoch: the old one's batch is out of order there;

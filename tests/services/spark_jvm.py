@@ -12,7 +12,8 @@ built for. :func:`jvm_spark` decides where that is:
 
 :func:`run_job` runs ``tests/integration/pipelines/spark_kafka_job.py`` in that interpreter
 (``local[2]``, UI off, ``spark.jars`` = the resolved connector jars) and returns the JSON
-result, which names both Spark versions (the JVM side's and ours).
+result, which names both Spark versions (the JVM side's and ours); :func:`start_job`
+starts it without waiting (a streaming job).
 
 ``python -m tests.services.spark_jvm --prepare`` builds the virtualenv and resolves the jars
 ahead of a test run.
@@ -219,6 +220,22 @@ def run_job(jvm: JvmSpark, spec: Mapping[str, Any], timeout: float = 600.0) -> d
     print(f"spark_kafka_job {spec.get('action')}: JVM-side Spark {result['spark_version']}, "
           f"our pyspark {jvm.ours}", flush=True)
     return result
+
+
+def start_job(jvm: JvmSpark, spec: Mapping[str, Any], workdir: Path,
+              log: Any) -> subprocess.Popen[bytes]:
+    """Start :data:`JOB` with ``spec`` in the JVM-side interpreter without waiting (a
+    streaming job the caller stops: ``fault_copy``), its output into ``log``, in a process
+    group of its own (the caller may SIGKILL it); the JSON result goes to
+    ``workdir/result.json``."""
+    jars = sorted(str(j) for j in jvm.jars.glob("*.jar"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_file = workdir / "spec.json"
+    spec_file.write_text(json.dumps({**spec, "jars": jars, "out": str(workdir / "result.json"),
+                                     "expect_spark": jvm.spark_version}))
+    return subprocess.Popen([jvm.python, str(JOB), str(spec_file)], env=job_env(jvm),
+                            cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 def with_avro(jvm: JvmSpark) -> JvmSpark:

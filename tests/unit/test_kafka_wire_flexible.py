@@ -1,4 +1,4 @@
-"""The flexible request versions of transactions v2 (connectors/kafka/sink/flexible.py,
+"""The flexible request versions of transactions v2 (connectors/kafka/wire/flexible.py,
 wire_protocol's header and compact types): bytes laid out as Kafka's message schemas say,
 answers read field by field, tagged fields skipped. A real broker speaking them is in
 tests/integration/test_kafka_sink_wire.py (Apache Kafka 4.1.2 with transaction.version 2)

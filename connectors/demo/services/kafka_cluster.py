@@ -43,10 +43,10 @@ node.id={node_id}
 controller.quorum.voters={voters}
 # Clients use PLAINTEXT (advertised at ``advertised_port``, a proxy's when one sits in
 # front); replication has its own listener, always direct, so a proxy's faults never touch it.
-listeners=PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{replication_port},\
-CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{advertised_port},\
-REPLICATION://127.0.0.1:{replication_port}
+listeners=PLAINTEXT://{host}:{port},REPLICATION://{host}:{replication_port},\
+CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{advertised_host}:{advertised_port},\
+REPLICATION://{host}:{replication_port}
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=REPLICATION
@@ -87,9 +87,16 @@ class Node:
     """One KRaft node (broker + controller) of a :class:`KafkaCluster`."""
 
     def __init__(self, cluster: KafkaCluster, node_id: int,
-                 advertised_port: int | None = None) -> None:
+                 advertised_port: int | None = None, host: str = "127.0.0.1",
+                 launcher: tuple[str, ...] = ()) -> None:
         self.cluster = cluster
         self.node_id = node_id
+        #: The address every listener binds (a namespace's own host, or loopback), and the
+        #: command prefix that starts the JVM there (``ip netns exec NAME``).
+        self.host = host
+        self.launcher = launcher
+        #: False while a test has cut the node off the network (it runs, nothing reaches it).
+        self.reachable = True
         self.port = free_port()
         #: The port clients are told (a proxy's in front of ``port``, or ``port``).
         self.advertised_port = advertised_port or self.port
@@ -103,12 +110,15 @@ class Node:
     @property
     def address(self) -> str:
         """The client listener itself (no proxy)."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def advertised_address(self) -> str:
-        """Where clients connect: the advertised port (a proxy's, if one was given)."""
-        return f"127.0.0.1:{self.advertised_port}"
+        """Where clients connect: the advertised port (a proxy's on loopback, if one was
+        given; else the listener itself)."""
+        if self.advertised_port != self.port:
+            return f"127.0.0.1:{self.advertised_port}"
+        return self.address
 
     @property
     def pid(self) -> int | None:
@@ -124,7 +134,8 @@ class Node:
         self.workdir.mkdir(parents=True, exist_ok=True)
         c = self.cluster
         props = _NODE_PROPERTIES.format(
-            node_id=self.node_id, voters=voters, port=self.port,
+            node_id=self.node_id, voters=voters, port=self.port, host=self.host,
+            advertised_host=self.advertised_address.rsplit(":", 1)[0],
             advertised_port=self.advertised_port, replication_port=self.replication_port,
             controller_port=self.controller_port, data_dir=self.workdir / "data",
             replicas=min(3, len(c.nodes)), min_isr=c.min_isr)
@@ -159,7 +170,8 @@ class Node:
             return
         with open(self.workdir / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
-                _with_open_files(self.java("kafka.Kafka", str(self.config()))),
+                [*self.launcher,
+                 *_with_open_files(self.java("kafka.Kafka", str(self.config())))],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.paused = False
 
@@ -179,12 +191,18 @@ class KafkaCluster:
     so a proxy listening there and forwarding to ``node.port`` carries every client
     connection (bootstrap, leaders, coordinators); ``bootstrap`` then lists those ports.
     Replication and the controllers use their own listeners, never proxied.
+
+    ``hosts`` and ``launchers`` (one per node): the address each node binds and the command
+    prefix that starts it, to run each node on a host of its own (a network namespace,
+    tests/services/netns.py) whose link a test can cut.
     """
 
     def __init__(self, *, size: int = 3, version: str | None = None,
                  workdir: str | None = None, heap: str = "320m", min_isr: int = 2,
                  extra_properties: dict[str, str] | None = None, keep: bool = False,
-                 advertised_ports: list[int] | None = None) -> None:
+                 advertised_ports: list[int] | None = None,
+                 hosts: list[str] | None = None,
+                 launchers: list[list[str]] | None = None) -> None:
         if size < 1:
             raise ConnectorError(f"a Kafka cluster needs at least one node, not {size}")
         if advertised_ports is not None and len(advertised_ports) != size:
@@ -199,7 +217,9 @@ class KafkaCluster:
         self.requested_version = version
         self.version = version or maven.pom_property("kafka.version")
         self.classpath = ""
-        self.nodes = [Node(self, i + 1, advertised_ports[i] if advertised_ports else None)
+        self.nodes = [Node(self, i + 1, advertised_ports[i] if advertised_ports else None,
+                           hosts[i] if hosts else "127.0.0.1",
+                           tuple(launchers[i]) if launchers else ())
                       for i in range(size)]
         self.bootstrap = ",".join(n.advertised_address for n in self.nodes)
 
@@ -209,7 +229,7 @@ class KafkaCluster:
         jars = maven.resolve("kafka", props)
         self.classpath = maven.classpath(jars)
         self.version = maven.jar_version(jars, "kafka_2.13") or self.version
-        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         for n in self.nodes:
             n.write_config(voters, self.extra)
@@ -335,7 +355,7 @@ class KafkaCluster:
                            logger=LIBRDKAFKA_LOG)
 
     def _live_bootstrap(self) -> str:
-        live = [n.address for n in self.nodes if n.running() and not n.paused]
+        live = [n.address for n in self.nodes if n.running() and not n.paused and n.reachable]
         return ",".join(live) or self.bootstrap
 
     def metadata(self, timeout: float = 10.0) -> Any:

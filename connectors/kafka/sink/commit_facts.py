@@ -85,7 +85,7 @@ def ensure_facts_topic(conf: Any, topic: str, timeout: float) -> bool:
     away"); through librdkafka only where the wire client cannot connect."""
     from connectors.kafka.wire import admin as wire_admin
     from connectors.kafka.wire.cluster import Cluster
-    from connectors.kafka.wire.protocol import UnsupportedBroker
+    from connectors.kafka.wire.protocol import UnsupportedBroker, WireError
     from connectors.kafka.wire.settings import Settings, connection_unsupported
 
     if connection_unsupported(conf) is None:
@@ -94,6 +94,8 @@ def ensure_facts_topic(conf: Any, topic: str, timeout: float) -> bool:
             created = wire_admin.create_topic(cluster, topic, 1, timeout)
         except UnsupportedBroker:
             pass  # older than the requests we speak: librdkafka below
+        except WireError as e:
+            raise KafkaSinkError(str(e)) from e
         else:
             if created:
                 log.info("%s: created the commit-facts topic %r (1 partition)", FAMILY, topic)

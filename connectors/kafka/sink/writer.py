@@ -368,6 +368,33 @@ class KafkaWriter:
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
+        from connectors.kafka.wire import admin as wire_admin
+        from connectors.kafka.wire.cluster import Cluster
+        from connectors.kafka.wire.protocol import UnsupportedBroker, WireError
+        from connectors.kafka.wire.settings import Settings, connection_unsupported
+
+        names = ", ".join(f"{t}[{p}]" for t, p in tps[:5]) + (" ..." if len(tps) > 5 else "")
+        what = (f"{FAMILY} {self.sink_id}: ListOffsets (end offsets for the started marker) "
+                f"of {names}")
+        conf = self.options.producer_conf
+        if connection_unsupported(conf) is None:  # the wire client: docs/design.md, "Kafka
+            # nodes that move or go away"
+            cluster = Cluster(Settings.of(conf), f"{FAMILY} {self.sink_id}",
+                              self.options.metadata_retry_timeout)
+            try:
+                got = wire_admin.list_offsets(cluster, dict.fromkeys(tps, wire_admin.LATEST),
+                                              wire_admin.READ_UNCOMMITTED)
+                wire_out: dict[str, dict[str, int]] = {}
+                for (t, p), offset in got.items():
+                    wire_out.setdefault(t, {})[str(p)] = int(offset)
+                return wire_out
+            except UnsupportedBroker:
+                pass  # older than the requests we speak: librdkafka below
+            except WireError as e:
+                raise KafkaSinkError(f"{what} failed: {e}") from None
+            finally:
+                cluster.close()
+
         def list_offsets() -> dict[str, dict[str, int]]:
             with producers.admin(self.options.producer_conf) as admin:
                 futures = admin.list_offsets(
@@ -380,10 +407,5 @@ class KafkaWriter:
                     out.setdefault(tp.topic, {})[str(tp.partition)] = int(fut.result().offset)
                 return out
 
-        names = ", ".join(f"{t}[{p}]" for t, p in tps[:5]) + (" ..." if len(tps) > 5 else "")
-        return retrying(
-            list_offsets,
-            what=f"{FAMILY} {self.sink_id}: ListOffsets (end offsets for the started marker) "
-                 f"of {names}",
-            error=KafkaSinkError, timeout=self.options.metadata_retry_timeout,
-        )
+        return retrying(list_offsets, what=what, error=KafkaSinkError,
+                        timeout=self.options.metadata_retry_timeout)

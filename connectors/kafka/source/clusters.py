@@ -38,6 +38,7 @@ class Clusters:
         state = dict(self.__dict__)
         state["_admins"] = {}
         state["_committers"] = {}
+        state.pop("_wires", None)
         return state
 
     # -- clients ---------------------------------------------------------------------------
@@ -82,6 +83,9 @@ class Clusters:
                 pass
         self._committers = {}
         self._admins = {}
+        for client in self.__dict__.pop("_wires", {}).values():
+            if client is not None:
+                client.close()
 
 
     # -- metadata and offsets ---------------------------------------------------------------
@@ -158,68 +162,106 @@ class Clusters:
                             "it is created (check the name in subscribe/assign)", t,
                             c.name or c.bootstrap)
 
-    def _list_offsets(self, tps: list[TP], spec_for: Any) -> Offsets:
-        from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+    def wire(self, cluster: ClusterSpec) -> Any:
+        """The wire client of ``cluster`` (:mod:`connectors.kafka.wire`), or None where it
+        cannot connect the way librdkafka would (a GSSAPI login, ...)."""
+        from connectors.kafka.wire.cluster import Cluster
+        from connectors.kafka.wire.settings import Settings, connection_unsupported
+
+        wires = self.__dict__.setdefault("_wires", {})
+        if cluster.name not in wires:
+            conf = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
+            wires[cluster.name] = None if connection_unsupported(conf) is not None else Cluster(
+                Settings.of(conf, client_id="eo-kafka-source"), "eo_kafka",
+                self.opts.metadata_retry_timeout)
+        return wires[cluster.name]
+
+    def _list_offsets(self, tps: list[TP], timestamp: Any) -> Offsets:
+        """ListOffsets of ``tps``: ``timestamp(tp)`` is -1 (the end: the last stable offset
+        under read_committed), -2 (the start) or milliseconds (the first offset at or after
+        it; -1 where there is none). Over the wire client, each partition asked of its
+        leader and asked again after fresh metadata while its leader moves, until
+        ``metadataRetryTimeout``; librdkafka's admin client only where the wire client
+        cannot connect (docs/design.md, "Kafka nodes that move or go away")."""
+        from connectors.kafka.wire import admin
+        from connectors.kafka.wire.protocol import UnsupportedBroker, WireError
 
         out: Offsets = {}
         for c in self.opts.clusters:
             mine = [tp for tp in tps if tp[0] == c.name]
             if not mine:
                 continue
-            isolation = (
-                IsolationLevel.READ_COMMITTED
-                if c.reader_conf(self.opts.group_id)["isolation.level"] == "read_committed"
-                else IsolationLevel.READ_UNCOMMITTED
-            )
-            request = {TopicPartition(tp[1], tp[2]): spec_for(tp) for tp in mine}
+            committed = c.reader_conf(self.opts.group_id)["isolation.level"] == "read_committed"
+            names = [tp_name(tp) for tp in mine]
+            what = (f"eo_kafka: ListOffsets on cluster {c.name or c.bootstrap} for "
+                    f"{names[:5]}{' ...' if len(names) > 5 else ''}")
+            client = self.wire(c)
+            if client is not None:
+                try:
+                    got = admin.list_offsets(
+                        client, {(tp[1], tp[2]): int(timestamp(tp)) for tp in mine},
+                        admin.READ_COMMITTED if committed else admin.READ_UNCOMMITTED,
+                        timeout=self.opts.metadata_retry_timeout)
+                except UnsupportedBroker:
+                    self.__dict__["_wires"][c.name] = None  # older broker: librdkafka
+                except WireError as e:
+                    raise KafkaSourceError(f"{what} failed: {e}") from None
+                else:
+                    out.update({(c.name, t, p): o for (t, p), o in got.items()})
+                    continue
+            out.update(self._list_offsets_librdkafka(c, mine, timestamp, committed, what))
+        return out
 
-            def list_offsets(c: ClusterSpec = c, request: Any = request,
-                             isolation: Any = isolation) -> Offsets:
-                futures = self.admin(c).list_offsets(
-                    request, isolation_level=isolation,
-                    request_timeout=attempt_timeout(self.opts.poll_timeout),
-                )
+    def _list_offsets_librdkafka(self, c: ClusterSpec, mine: list[TP], timestamp: Any,
+                                 committed: bool, what: str) -> Offsets:
+        from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        def spec(ts: int) -> Any:
+            return (OffsetSpec.latest() if ts == -1 else OffsetSpec.earliest() if ts == -2
+                    else OffsetSpec.for_timestamp(ts))
+
+        isolation = (IsolationLevel.READ_COMMITTED if committed
+                     else IsolationLevel.READ_UNCOMMITTED)
+        request = {TopicPartition(tp[1], tp[2]): spec(int(timestamp(tp))) for tp in mine}
+
+        def list_offsets() -> Offsets:
+            futures = self.admin(c).list_offsets(
+                request, isolation_level=isolation,
+                request_timeout=attempt_timeout(self.opts.poll_timeout),
+            )
+            try:
                 got = {(c.name, ktp.topic, ktp.partition): fut.result().offset
                        for ktp, fut in futures.items()}
-                invalid = [tp_name(tp) for tp, offset in got.items() if offset == OFFSET_INVALID]
-                if invalid:
-                    # librdkafka answers a partition whose leader just moved with no offset
-                    # and no error, and its admin client kept doing so for a minute after a
-                    # leader kill (CI): asked again with a new admin client (new metadata),
-                    # never read as "the log ends at -1001".
-                    self.drop_admin(c)
-                    raise KafkaException(KafkaError(
-                        KafkaError.LEADER_NOT_AVAILABLE,
-                        f"ListOffsets gave no offset for {invalid[:5]}", retriable=True))
-                return got
+            except KafkaException:
+                # librdkafka's admin client keeps a partition it saw without a leader
+                # "permanently" so, answering LEADER_NOT_AVAILABLE until its metadata cache
+                # expires: the next try asks with a new client (new metadata).
+                self.drop_admin(c)
+                raise
+            invalid = [tp_name(tp) for tp, offset in got.items() if offset == OFFSET_INVALID]
+            if invalid:
+                # A partition whose leader just moved can come back with no offset and no
+                # error: asked again with a new client, never read as "the log ends at -1001".
+                self.drop_admin(c)
+                raise KafkaException(KafkaError(
+                    KafkaError.LEADER_NOT_AVAILABLE,
+                    f"ListOffsets gave no offset for {invalid[:5]}", retriable=True))
+            return got
 
-            names = [tp_name(tp) for tp in mine]
-            out.update(retrying(
-                list_offsets,
-                what=f"eo_kafka: ListOffsets on cluster {c.name or c.bootstrap} for "
-                     f"{names[:5]}{' ...' if len(names) > 5 else ''}",
-                error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
-            ))
-        return out
+        return retrying(list_offsets, what=what, error=KafkaSourceError,
+                        timeout=self.opts.metadata_retry_timeout)
 
     def latest(self, tps: list[TP]) -> Offsets:
         """High watermarks (the last stable offset under read_committed)."""
-        from confluent_kafka.admin import OffsetSpec
-
-        spec = OffsetSpec.latest()
-        return self._list_offsets(tps, lambda _tp: spec)
+        return self._list_offsets(tps, lambda _tp: -1)
 
     def earliest(self, tps: list[TP]) -> Offsets:
-        from confluent_kafka.admin import OffsetSpec
-
-        spec = OffsetSpec.earliest()
-        return self._list_offsets(tps, lambda _tp: spec)
+        return self._list_offsets(tps, lambda _tp: -2)
 
     def for_times(self, times: Mapping[TP, int]) -> Offsets:
         """First offset with timestamp >= the given millis; -1 where there is none."""
-        from confluent_kafka.admin import OffsetSpec
-
-        return self._list_offsets(list(times), lambda tp: OffsetSpec.for_timestamp(times[tp]))
+        return self._list_offsets(list(times), lambda tp: times[tp])
 
     def group_offsets(self, cluster: ClusterSpec, tps: list[TP]) -> Offsets:
         """The source group's committed offsets (absent where the group has none)."""

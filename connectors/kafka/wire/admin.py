@@ -43,7 +43,7 @@ from connectors.kafka.wire.protocol import (
 
 LIST_OFFSETS, DESCRIBE_GROUPS, CREATE_TOPICS, DESCRIBE_CONFIGS = 2, 15, 19, 32
 ADMIN_VERSIONS = {LIST_OFFSETS: 4, DESCRIBE_GROUPS: 3, CREATE_TOPICS: 4, DESCRIBE_CONFIGS: 1}
-TOPIC_ALREADY_EXISTS, NOT_CONTROLLER = 36, 41
+TOPIC_ALREADY_EXISTS, NOT_CONTROLLER, GROUP_AUTHORIZATION_FAILED = 36, 41, 30
 #: ListOffsets' special timestamps.
 LATEST, EARLIEST = -1, -2
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -107,7 +107,12 @@ def describe_groups(cluster: Cluster, groups: Iterable[str],
     for group in sorted(set(groups)):
         def ask(group: str = group) -> GroupDescription:
             version = _require(cluster, DESCRIBE_GROUPS)
-            node = cluster.coordinator(group, GROUP)
+            try:
+                node = cluster.coordinator(group, GROUP)
+            except WireError as e:
+                if e.code == GROUP_AUTHORIZATION_FAILED:  # no DESCRIBE on the group
+                    return GroupDescription(e.code, "", None)
+                raise
             r = cluster.connection(node).call(
                 DESCRIBE_GROUPS, struct.pack(">i", 1) + string(group) + b"\x01",
                 version=version)

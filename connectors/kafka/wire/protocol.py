@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from connectors.core.errors import ConnectorError
+from connectors.core.errors import KafkaSinkError, KafkaSourceError
 from connectors.kafka.common import FAMILY
 from connectors.kafka.wire.sasl import (
     SASL_AUTHENTICATE,
@@ -88,10 +88,11 @@ LOOKUP_TIMEOUT = 10.0
 REAUTH_AT = 0.85
 
 
-class WireError(ConnectorError):
+class WireError(KafkaSinkError, KafkaSourceError):
     """A Kafka error answer, or a connection that failed (:class:`ConnectionLost`); ``code``
-    is Kafka's error code. The connectors raise it as their own family's error where it
-    leaves the wire client."""
+    is Kafka's error code. The wire client serves both connectors, so its error is of both
+    families: whoever catches ``KafkaSinkError`` or ``KafkaSourceError`` around a request
+    catches it, and its message names the connector that asked (``who``)."""
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)

@@ -6,6 +6,9 @@ Every node closes connections idle for 5 s (``connections.max.idle.ms``), so eac
 meets broker-side closes of idle connections (a cached producer between tasks, a coordinator
 connection between the rows and ``EndTxn``).
 
+As root, each node runs in a network namespace of its own (tests/services/netns.py), so a
+test can cut one node off the network while it runs (the ``network`` fixture).
+
 Each node advertises a :class:`~tests.kafka_proxy.KafkaProxy` in front of its client
 listener, so every client connection (bootstrap, the leaders and coordinators metadata
 names) goes through a proxy that can hold a request, drop an answer or reset a connection
@@ -30,8 +33,11 @@ from connectors.demo.services.kafka_cluster import KafkaCluster
 from connectors.kafka.sink import KafkaSink
 from tests.helpers import announce, run_task_as_spark, unavailable
 from tests.kafka_proxy import KafkaProxy
+from tests.services import netns
 
 IDLE_MS = 5000
+#: The namespaces of each session cluster (by id), when it runs in them.
+_NETWORK: dict[int, netns.Namespaces | None] = {}
 
 #: (transactional, wireProduce) of each sink variant, named for test ids.
 VARIANTS = {
@@ -47,9 +53,13 @@ def kafka_proxied(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
                   ) -> Iterator[tuple[KafkaCluster, dict[int, KafkaProxy]]]:
     """The session's cluster and the proxy in front of each node (by node id)."""
     workdir = str(tmp_path_factory.mktemp("kafka-cluster"))
+    why = netns.unavailable()
+    hosts = netns.Namespaces(3).start() if why is None else None
     cluster = KafkaCluster(workdir=workdir, advertised_ports=[free_port() for _ in range(3)],
-                           extra_properties={"connections.max.idle.ms": str(IDLE_MS)})
-    proxies = [KafkaProxy(n.port, listen_port=n.advertised_port).start()
+                           extra_properties={"connections.max.idle.ms": str(IDLE_MS)},
+                           hosts=hosts.hosts if hosts else None,
+                           launchers=[hosts.launcher(i) for i in range(3)] if hosts else None)
+    proxies = [KafkaProxy(n.port, listen_port=n.advertised_port, target_host=n.host).start()
                for n in cluster.nodes]
     began = time.monotonic()
     try:
@@ -58,16 +68,23 @@ def kafka_proxied(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         cluster.close()
         for p in proxies:
             p.stop()
+        if hosts is not None:
+            hosts.close()
         unavailable("3-node Apache Kafka cluster", str(e))
-    announce(request, f"kafka-cluster: Apache Kafka {cluster.version}, 3 KRaft nodes behind "
-             f"proxies on {cluster.bootstrap}, up in {time.monotonic() - began:.1f}s, "
+    where = (f"each in a network namespace of its own ({', '.join(hosts.hosts)})" if hosts
+             else f"on loopback (no network namespaces: {why})")
+    announce(request, f"kafka-cluster: Apache Kafka {cluster.version}, 3 KRaft nodes {where} "
+             f"behind proxies on {cluster.bootstrap}, up in {time.monotonic() - began:.1f}s, "
              f"logs {cluster.logs()}")
+    _NETWORK[id(cluster)] = hosts
     try:
         yield cluster, {n.node_id: p for n, p in zip(cluster.nodes, proxies, strict=True)}
     finally:
         cluster.close()
         for p in proxies:
             p.stop()
+        if hosts is not None:
+            hosts.close()
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +101,18 @@ def cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
 
 
 @pytest.fixture
+def network(cluster: KafkaCluster) -> netns.Namespaces:
+    """The namespaces the cluster's nodes run in, to cut one off (``cut(i)``, ``heal(i)``;
+    node ``i + 1`` is host ``i``). Needs root: without it the test fails under CI and is
+    skipped elsewhere."""
+    hosts = _NETWORK.get(id(cluster))
+    if hosts is None:
+        unavailable("network namespaces for the cluster's nodes", netns.unavailable() or
+                    "the cluster started on loopback")
+    return hosts
+
+
+@pytest.fixture
 def proxies(cluster: KafkaCluster, kafka_proxied: tuple[KafkaCluster, dict[int, KafkaProxy]]
             ) -> Iterator[dict[int, KafkaProxy]]:
     """The proxy in front of each node (by node id), without faults before and after."""
@@ -96,7 +125,11 @@ def proxies(cluster: KafkaCluster, kafka_proxied: tuple[KafkaCluster, dict[int, 
 
 
 def _heal(c: KafkaCluster) -> None:
-    for n in c.nodes:
+    network = _NETWORK.get(id(c))
+    for i, n in enumerate(c.nodes):
+        if network is not None and i in network.cut_now:
+            network.heal(i)
+            n.reachable = True
         if n.paused:
             c.resume(n.node_id)
         if not n.running():

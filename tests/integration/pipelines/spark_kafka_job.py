@@ -32,6 +32,9 @@ argument names a JSON spec file:
 - ``{"action": "latency_copy", "bootstrap", "source", "sink", "checkpoint", "started_file",
   "stop_file", "max_seconds"}``: bench/latency.py's baseline, a streaming Kafka -> Kafka
   copy of ``value`` until ``stop_file`` appears; result ``progress`` (every batch's JSON).
+- ``{"action": "fault_copy", "bootstrap", "source", "sink", "checkpoint", "stop_file",
+  "per_batch", "master"}``: the fault tier's yardstick, a streaming Kafka -> Kafka copy
+  restarted from its checkpoint whenever it terminates; result ``terminations``.
 
 Binary values travel as base64 (null stays null); headers as ``[[key, value], ...]`` or
 null. Common keys: ``jars`` (``spark.jars``), ``out`` (where the JSON result goes),
@@ -226,6 +229,43 @@ def latency_copy(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"progress": progress}
 
 
+def fault_copy(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """The fault tier's yardstick (tests/integration/cluster_kafka/test_streaming_faults.py):
+    Spark's own pipeline, Kafka ``source`` -> ``key``, ``value`` -> Kafka ``sink``, each
+    batch through a shuffle as ours, ``processingTime=1s``, ``maxOffsetsPerTrigger`` as ours,
+    until ``stop_file`` appears. A query that terminates is counted (``QUERY TERMINATED``,
+    flushed at once: the test may SIGKILL this process) and started again from its
+    checkpoint, as a restart policy would. Result: ``terminations`` (their errors)."""
+    import os
+    import time
+
+    terminations: list[str] = []
+
+    def start() -> Any:
+        return (spark.readStream.format("kafka")
+                .option("kafka.bootstrap.servers", spec["bootstrap"])
+                .option("subscribe", spec["source"]).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", int(spec.get("per_batch", 3000))).load()
+                .selectExpr("key", "value").repartition(2, "key")
+                .writeStream.format("kafka")
+                .option("kafka.bootstrap.servers", spec["bootstrap"])
+                .option("topic", spec["sink"])
+                .option("checkpointLocation", spec["checkpoint"])
+                .trigger(processingTime="1 second").start())
+
+    query = start()
+    print("QUERIES STARTED", flush=True)
+    while not os.path.exists(spec["stop_file"]):
+        if not query.isActive:
+            error = str(query.exception())
+            terminations.append(error)
+            print(f"QUERY TERMINATED {len(terminations)}: {error[:2000]}", flush=True)
+            query = start()
+        time.sleep(0.5)
+    query.stop()
+    return {"terminations": terminations}
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
@@ -233,7 +273,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(spec.get("master", "local[2]"))
         .appName(f"spark-kafka-{spec['action']}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -251,7 +291,7 @@ def main(argv: list[str]) -> int:
         actions = {"read": read, "write": write, "bench_write": bench_write,
                    "bench_read": bench_read, "latency_copy": latency_copy,
                    "bench_avro_read": bench_avro_read, "bench_avro_write": bench_avro_write,
-                   "read_avro": read_avro}
+                   "read_avro": read_avro, "fault_copy": fault_copy}
         result = actions[spec["action"]](spark, spec)
         result.update(spark_version=spark.version, pyspark_version=pyspark.__version__)
     finally:

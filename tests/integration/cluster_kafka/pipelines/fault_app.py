@@ -1,11 +1,19 @@
-"""The fault tier's long-running application: one ``eo_kafka`` source topic copied by four
-streaming queries, one per Kafka sink variant (recovery keys or transactions, librdkafka or
-the wire), each through a shuffle (``repartition(2, key)``) so every batch has two writers.
+"""The fault tier's long-running application: one ``eo_kafka`` source topic read by several
+streaming queries, each into one sink, each through a shuffle (``repartition(2, key)``) so
+every batch has two writers:
+
+- ``name:kafka:topic:transactional:wire``: the Kafka sink (a delivery mode on a produce
+  path), copying ``key`` and ``value``;
+- ``name:jdbc:table``: the JDBC sink on ``--jdbc-url``, accumulating ``n = n + 1`` per key
+  (not idempotent: a batch applied twice shows);
+- ``name:files:path``: the file sink, ``key`` and ``value`` as Parquet.
 
 ``local[2,4]``: Spark retries a failed task up to 4 times, as on a cluster. The app runs
 until ``--stop`` exists, then stops the queries and exits 0. A query that terminates with an
-error ends the app at once with ``QUERY FAILED <name>: <error>`` and exit code 3: the test
-asserts that no node kill or rolling restart ever does that.
+error ends the app at once with ``QUERY FAILED <name>: <error>`` and exit code 3: the tests
+assert that no node kill, network partition or rolling restart ever does that. Started
+again on the same ``--work`` directory (after a SIGKILL), every query resumes from its
+checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--source-topic", required=True)
     p.add_argument("--sink", action="append", required=True,
-                   help="name:topic:transactional:wire")
+                   help="name:kafka:topic:transactional:wire | name:jdbc:table | "
+                        "name:files:path")
+    p.add_argument("--jdbc-url")
     p.add_argument("--work", required=True)
     p.add_argument("--stop", required=True)
     p.add_argument("--per-batch", type=int, default=3000)
@@ -32,23 +42,38 @@ def main(argv: list[str]) -> int:
     spark = pipeline_spark("kafka-cluster-faults", "local[2,4]", "WARN")
     queries = {}
     for spec in args.sink:
-        name, topic, transactional, wire = spec.split(":")
+        name, kind, target, *flags = spec.split(":")
+        work = os.path.join(args.work, name)
         stream = kafka_stream(spark, args.bootstrap, args.source_topic, args.per_batch,
-                              walPath=os.path.join(args.work, name, "source-wal"))
-        out = stream.selectExpr("key", "value").repartition(2, "key")
-        queries[name] = (
-            out.writeStream.format("eo_kafka")
-            .queryName(name)
-            .option("kafka.bootstrap.servers", args.bootstrap)
-            .option("topic", topic)
-            .option("sink_id", f"{name}-{os.path.basename(args.work)}")
-            .option("walPath", os.path.join(args.work, name, "sink-wal"))
-            .option("transactional", transactional)
-            .option("wireProduce", wire)
-            .option("checkpointLocation", os.path.join(args.work, name, "checkpoint"))
-            .trigger(processingTime="1 second")
-            .start()
-        )
+                              walPath=os.path.join(work, "source-wal"))
+        sink_id = f"{name}-{os.path.basename(args.work)}"
+        if kind == "kafka":
+            transactional, wire = flags
+            writer = (stream.selectExpr("key", "value").repartition(2, "key")
+                      .writeStream.format("eo_kafka")
+                      .option("kafka.bootstrap.servers", args.bootstrap)
+                      .option("topic", target)
+                      .option("walPath", os.path.join(work, "sink-wal"))
+                      .option("transactional", transactional)
+                      .option("wireProduce", wire))
+        elif kind == "jdbc":
+            writer = (stream.selectExpr("cast(key as string) as key", "1L as n")
+                      .repartition(2, "key")
+                      .writeStream.format("eo_jdbc")
+                      .option("url", args.jdbc_url).option("table", target)
+                      .option("mode", "accumulate").option("keys", "key")
+                      .option("accumulate", "n").option("createTable", "true"))
+        elif kind == "files":
+            writer = (stream.selectExpr("cast(key as string) as key",
+                                        "cast(value as string) as value")
+                      .repartition(2, "key")
+                      .writeStream.format("eo_files")
+                      .option("path", target).option("format", "parquet"))
+        else:
+            raise SystemExit(f"unknown sink kind {kind!r} in {spec!r}")
+        queries[name] = (writer.queryName(name).option("sink_id", sink_id)
+                         .option("checkpointLocation", os.path.join(work, "checkpoint"))
+                         .trigger(processingTime="1 second").start())
     print("QUERIES STARTED", flush=True)
     while not os.path.exists(args.stop):
         for name, q in queries.items():
