@@ -7,6 +7,8 @@ fails only the format that needs it.
 
 from __future__ import annotations
 
+import logging
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +51,8 @@ def _kafka_sink(options: dict[str, str], schema: pa.Schema) -> BatchSink:
     from connectors.kafka.sink import KafkaSink
 
     return KafkaSink.from_options(options, schema)
+
+log = logging.getLogger(__name__)
 
 
 class _SinkDataSource(DataSource):
@@ -131,3 +135,49 @@ def register(spark: Any) -> None:
     """Register every DataSource of this package with a SparkSession."""
     for cls in DATA_SOURCES:
         spark.dataSource.register(cls)
+        _settle_environment(spark, cls.name())
+
+
+#: The environment variables Spark's ``PythonStreamingSourceRunner.init`` puts into a
+#: registered Python data source's environment map when a streaming query starts.
+_RUNNER_ENVIRONMENT = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE")
+
+
+def _settle_environment(spark: Any, name: str) -> None:
+    """Put the keys Spark's streaming source runner adds into the data source's environment
+    map now, while one thread registers it (a Spark race, docs/deploying.md, "Starting many
+    queries at once"): every function Spark makes from a registered Python data source
+    shares that one ``java.util.HashMap``, and each streaming query's start puts these keys
+    into it from its own thread. The first puts resize the map; two queries starting at once
+    can corrupt it, and every task serialized from it then fails with
+    ``java.io.OptionalDataException`` in ``HashMap.readObject``. With the keys present, a
+    query's start only replaces values, which never restructures the map. Classic Spark
+    only (a Spark Connect client has no JVM here; the server registers the source)."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:
+        return
+    try:
+        function = jsession.sessionState().dataSourceManager().lookupDataSource(name)
+        env = function.dataSourceCls().envVars()
+        conf = spark.sparkContext.getConf()
+        # Values as Spark sets them; every runner puts its own before it starts a worker.
+        values = {
+            "SPARK_LOCAL_DIRS": str(conf.get("spark.local.dir", tempfile.gettempdir())),
+            "SPARK_AUTH_SOCKET_TIMEOUT": str(_seconds(
+                conf.get("spark.python.authenticate.socketTimeout", "15s"))),
+            "SPARK_BUFFER_SIZE": str(conf.get("spark.buffer.size", "65536")),
+        }
+        for key in _RUNNER_ENVIRONMENT:
+            if not env.containsKey(key):
+                env.put(key, values[key])
+    except Exception as e:  # noqa: BLE001 - a Spark without these internals: nothing to settle
+        log.debug("cannot settle the environment map of data source %s: %s", name, e)
+
+
+def _seconds(text: str) -> int:
+    """A Spark time string in seconds (``15s``, ``2m``, ``15``)."""
+    text = text.strip().lower()
+    for suffix, factor in (("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)):
+        if text.endswith(suffix) and text[:-len(suffix)].strip().isdigit():
+            return max(1, int(int(text[:-len(suffix)]) * factor))
+    return int(text) if text.isdigit() else 15
