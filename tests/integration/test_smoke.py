@@ -86,3 +86,18 @@ def test_spark_streams_a_python_datasource(spark, tmp_path):
     assert q.exception() is None
     got = [r.n for r in spark.sql("select n from smoke_counter_out").collect()]
     assert sorted(got) == list(range(30))
+
+
+def test_register_settles_each_data_source_environment_map(spark):
+    """``connectors.register`` puts the keys Spark's streaming source runner adds at query
+    start into each data source's shared environment map, while one thread registers them
+    (docs/deploying.md, "Starting many queries at once"): a query's start then only replaces
+    values and never restructures the map another query's tasks are serialized from."""
+    import connectors
+    from connectors.spark.datasources import _RUNNER_ENVIRONMENT
+
+    connectors.register(spark)
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    for name in ("eo_kafka", "eo_jdbc", "eo_files"):
+        env = manager.lookupDataSource(name).dataSourceCls().envVars()
+        assert all(env.containsKey(k) for k in _RUNNER_ENVIRONMENT), (name, dict(env))
