@@ -173,7 +173,7 @@ class WireProducer:
             to = self.connect() if self.transactional_id is None else self.txn_coordinator()
             r = to.call(INIT_PRODUCER_ID, body)
             _, error, pid, epoch = r.take(">ihqh")
-            self._check(error, "InitProducerId", coordinator=True)
+            self.check(error, "InitProducerId", coordinator=True)
             self.producer_id, self.epoch = pid, epoch
             self.seqs.clear()  # a new producer id or epoch: every sequence starts at 0
 
@@ -203,7 +203,7 @@ class WireProducer:
         def ask() -> None:
             meta = self.cluster.metadata([topic])
             for name, answer in meta.topics.items():
-                self._check(answer.error, f"Metadata of topic {name!r}")
+                self.check(answer.error, f"Metadata of topic {name!r}")
             found = meta.topics[topic].leaders if topic in meta.topics else {}
             leaders = np.full(max(partitions, len(found)), -1, dtype=np.int64)
             for index, leader in found.items():
@@ -239,7 +239,7 @@ class WireProducer:
                                         dtype=[("p", ">i4"), ("e", ">i2")])
                 r.at += 6 * n
                 for code in set(answers["e"].tolist()) - {0}:
-                    self._check(int(code), f"AddPartitionsToTxn of {topic!r}",
+                    self.check(int(code), f"AddPartitionsToTxn of {topic!r}",
                                 coordinator=True)
 
         self.open = True  # from the first try: the coordinator may have added some
@@ -298,7 +298,7 @@ class WireProducer:
             r = self.txn_coordinator().call(ADD_OFFSETS, string(self.transactional_id) + ids
                                             + string(group))
             _, error = r.take(">ih")
-            self._check(error, f"AddOffsetsToTxn of group {group!r}", coordinator=True)
+            self.check(error, f"AddOffsetsToTxn of group {group!r}", coordinator=True)
 
         self.open = True
         self.retrying(add, f"AddOffsetsToTxn of group {group!r}", self.retry_timeout)
@@ -322,7 +322,7 @@ class WireProducer:
             for error in errors:
                 if error in COORDINATOR_MOVED:
                     self.cluster.forget(group, GROUP)
-                self._check(error, f"TxnOffsetCommit of group {group!r}")
+                self.check(error, f"TxnOffsetCommit of group {group!r}")
 
         self.retrying(commit, f"TxnOffsetCommit of group {group!r}", self.retry_timeout)
 
@@ -340,7 +340,7 @@ class WireProducer:
             r = self.txn_coordinator().call(END_TXN, body, version=version)
             error, pid, epoch = (flexible.end_txn_answer(r) if v2
                                  else (r.take(">ih")[1], -1, -1))
-            self._check(error, "EndTxn", coordinator=True)
+            self.check(error, "EndTxn", coordinator=True)
             if pid >= 0:  # v2: the epoch the markers carry, the next transaction's
                 self.producer_id, self.epoch = pid, epoch
                 self.seqs.clear()
@@ -359,7 +359,7 @@ class WireProducer:
         pass
 
     # -- errors ---------------------------------------------------------------------------------
-    def _check(self, code: int, request: str, coordinator: bool = False) -> None:
+    def check(self, code: int, request: str, coordinator: bool = False) -> None:
         if code == 0:
             return
         if coordinator and code in COORDINATOR_MOVED and self.transactional_id is not None:

@@ -38,7 +38,9 @@ import struct
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import numpy as np
 
 from connectors.kafka.sink.wire_encode import MAX_REQUEST_BYTES
 from connectors.kafka.wire import flexible
@@ -57,9 +59,29 @@ from connectors.kafka.wire.protocol import (
     _Reader,
     string,
 )
+from connectors.kafka.wire.settings import Settings
 
-if TYPE_CHECKING:
-    from connectors.kafka.sink.wire import WireProducer
+
+class Producing(Protocol):
+    """What a :class:`Sender` needs of the producer it sends for (the sink's
+    ``wire.WireProducer``): its ids and settings, the leaders it knows, its connections,
+    and its error check."""
+
+    settings: Settings
+    who: str
+    transactional_id: str | None
+    producer_id: int
+    tv2: bool | None
+    uncertain: bool
+    leaders: dict[str, np.ndarray]
+
+    def connection(self, node: int) -> Connection: ...
+
+    def refresh(self, topic: str, partitions: int = 0) -> None: ...
+
+    def backoff(self, attempt: int, reconnect: bool = False) -> float: ...
+
+    def check(self, code: int, request: str, coordinator: bool = False) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +102,7 @@ _KNOWN_MAX = 1_000_000
 class Sender:
     """The batches of one ``WireProducer.produce`` call, sent until each is settled."""
 
-    def __init__(self, producer: WireProducer, topic: str, partition_count: int,
+    def __init__(self, producer: Producing, topic: str, partition_count: int,
                  view: memoryview) -> None:
         self.producer = producer
         self.topic = topic
@@ -266,7 +288,7 @@ class Sender:
                 failed.append((by_partition[part], code))
             elif refused is None:
                 try:
-                    self.producer._check(code, f"Produce to {self.topic}[{part}]")
+                    self.producer.check(code, f"Produce to {self.topic}[{part}]")
                 except WireError as e:
                     refused = e
         return refused
