@@ -59,10 +59,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: Tiers whose tests share one costly session service: under pytest-xdist each runs on one
+#: worker, so the service starts once (tests/README.md, "Time budget").
+XDIST_GROUPS = {"/integration/cluster_kafka/": "kafka-cluster",
+                "/integration/cluster/": "spark-cluster"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "/integration/" in str(item.fspath):
+        path = str(item.fspath)
+        if "/integration/" in path:
             item.add_marker(pytest.mark.integration)
+        for part, group in XDIST_GROUPS.items():
+            if part in path:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """An xdist worker finished: print the service lines its fixtures announced
+    (tests/helpers.py ``announce``), so the CI log still says what each test ran against."""
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    for line in getattr(node, "workeroutput", {}).get("announce", []):
+        if reporter is not None:
+            reporter.write_line(f"[{node.gateway.id}] {line}")
 
 
 # -- Docker ----------------------------------------------------------------------------------

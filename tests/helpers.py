@@ -46,6 +46,11 @@ def unavailable(what: str, why: str) -> None:
 
 def announce(request: Any, line: str) -> None:
     """One line in pytest's own output (the CI log), not swallowed by output capture."""
+    workeroutput = getattr(request.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its controller prints it (conftest.py)
+        workeroutput.setdefault("announce", []).append(line)
+        log.info(line)
+        return
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capman = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None:
