@@ -17,6 +17,7 @@ moment: together they prove the verification can fail (a replayed batch is count
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -254,7 +255,8 @@ def verify(cfg: dict[str, Any], truth: Counter[str]) -> list[SinkCheck]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from connectors.demo.services.kafka import create_topic, start_local_kafka
+    from connectors.demo.local_services import start_broker, start_registry
+    from connectors.demo.services.kafka import create_topic
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)  # noqa: S311 - demo data and kill times, not crypto
@@ -265,7 +267,8 @@ def run_demo(args: argparse.Namespace) -> int:
     registry = None
     stop_broker: str | None = None
     quiet = args.json
-    say = (lambda *a: None) if quiet else print
+    # flushed: into a pipe (``| tee``) or a CI log each line shows when it is said
+    say = (lambda *a: None) if quiet else functools.partial(print, flush=True)
     if args.schema_registry and args.format != "avro":
         raise ConnectorError("demo: --schema-registry is for --format avro; add --format avro "
                              "or leave it out")
@@ -279,20 +282,18 @@ def run_demo(args: argparse.Namespace) -> int:
         if args.bootstrap:
             bootstrap = args.bootstrap
         else:
-            _resolve_broker_jars(say)
-            say("starting a local Kafka broker...")
-            began = time.monotonic()
-            broker = start_local_kafka(os.path.join(workdir, "kafka"))
+            broker = start_broker(os.path.join(workdir, "kafka"), say)
             bootstrap = broker.bootstrap
             pid = getattr(broker, "pid", None)
             if args.keep_broker and pid:
                 # its own session (process group): one signal stops it and its children
                 stop_broker = f"kill -TERM -- -{pid}"
-            kind = "tansu (fallback)" if broker.version == "tansu" else "Apache Kafka"
-            say(f"  {kind} {broker.version} on {bootstrap} ({time.monotonic() - began:.0f}s)")
         registry_url = None
-        if args.format == "avro":
-            registry_url, registry = _registry(args, workdir, say)
+        if args.format == "avro" and args.schema_registry:
+            registry_url = args.schema_registry.rstrip("/")
+        elif args.format == "avro":
+            registry = start_registry(workdir, say)
+            registry_url = registry.url
         # The seed fixes the data and the kill times; the token keeps a rerun with the same
         # seed against the same broker and database from meeting the last run's topics,
         # table and sink state.
@@ -401,37 +402,6 @@ def run_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         elif not quiet:
             print(f"work directory kept: {workdir}")
-
-
-def _registry(args: argparse.Namespace, workdir: str, say: Any) -> tuple[str, Any]:
-    """``(its URL, the LocalRegistry to stop or None)``: ``--schema-registry``, else a local
-    Apicurio registry (built from Maven Central on a first run, then cached)."""
-    from connectors.demo.services import registry
-
-    if args.schema_registry:
-        return args.schema_registry.rstrip("/"), None
-    say("starting a local Schema Registry (Apicurio; a first run builds it from Maven Central, "
-        "a few minutes)...")
-    began = time.monotonic()
-    local = registry.LocalRegistry(workdir=os.path.join(workdir, "registry")).start()
-    say(f"  Apicurio Registry {local.version} at {local.url} ({time.monotonic() - began:.0f}s)")
-    return local.url, local
-
-
-def _resolve_broker_jars(say: Any) -> None:
-    """Resolve Apache Kafka's jars before the broker starts, saying so: on a first run that
-    is a download from Maven Central of tens of seconds (cached afterwards)."""
-    from connectors.demo.services import maven
-
-    if maven.java_and_maven() is not None:
-        return  # start_local_kafka falls back to tansu and says why
-    say(f"resolving Apache Kafka's jars with Maven (the first run downloads them from Maven "
-        f"Central; cached in {maven.cache_root()})...")
-    began = time.monotonic()
-    maven.resolve("kafka")
-    took = time.monotonic() - began
-    if took >= 1.0:
-        say(f"  resolved in {took:.0f}s")
 
 
 def inspect_commands(cfg: dict[str, Any], broker_up: bool) -> list[tuple[str, str]]:

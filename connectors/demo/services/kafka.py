@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from connectors.core.errors import ConnectorError
 from connectors.demo.services import maven
+from connectors.demo.services.progress import Say, heartbeat, say_or_log
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class ApacheKafka:
         self.requested_version = version  # any Kafka version Maven Central serves; None: pom's
         self._proc: subprocess.Popen[bytes] | None = None
         self._classpath = ""
+        self._phase = "not started"  # what a start is doing, for its progress lines
 
     def _java(self, *args: str) -> list[str]:
         return [
@@ -210,9 +212,12 @@ class ApacheKafka:
             "-cp", self._classpath, *args,
         ]
 
-    def start(self, timeout: float = 90.0) -> ApacheKafka:
+    def start(self, timeout: float = 90.0, progress: Say | None = None) -> ApacheKafka:
+        """Resolve the jars (their own bound), format the storage and launch the broker, then
+        wait up to ``timeout`` seconds for it to answer; ``progress`` gets a line at least
+        every 10 s of each (default: logged at INFO)."""
         jars = maven.resolve("kafka", {"kafka.version": self.requested_version}
-                             if self.requested_version else None)
+                             if self.requested_version else None, progress=progress)
         self._classpath = maven.classpath(jars)
         self.version = maven.jar_version(jars, "kafka_2.13") or "?"
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +230,19 @@ class ApacheKafka:
         config = self.workdir / "server.properties"
         config.write_text(props)
         (self.workdir / "log4j2.yaml").write_text(_LOG4J2.format(log_path=self.log_path))
+        self._phase = "formatting its storage"
+        with heartbeat(say_or_log(progress, log), lambda elapsed: (
+                f"still starting Apache Kafka {self.version} on {self.bootstrap} "
+                f"({elapsed:.0f} s; {self._phase}; its log: {self.log_path})")):
+            self._format(config)
+            self._phase = f"waiting up to {timeout:.0f} s for it to answer a metadata request"
+            self._launch(config, timeout)
+        self.version = self._logged_version() or self.version
+        log.info("Apache Kafka %s (KRaft) on %s, log %s", self.version, self.bootstrap,
+                 self.log_path)
+        return self
+
+    def _format(self, config: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = subprocess.run(  # noqa: S603 - fixed argv
             self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
@@ -232,9 +250,10 @@ class ApacheKafka:
             capture_output=True, text=True, timeout=120, check=False,
         )
         if fmt.returncode != 0:
-            raise ConnectorError(
-                f"formatting Kafka storage in {data} failed: {(fmt.stdout + fmt.stderr)[-2000:]}"
-            )
+            raise ConnectorError(f"formatting Kafka storage in {self.workdir / 'data'} failed: "
+                                 f"{(fmt.stdout + fmt.stderr)[-2000:]}")
+
+    def _launch(self, config: Path, timeout: float) -> None:
         with open(self.workdir / "stdout.log", "ab") as out:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv
                 _with_open_files(self._java("kafka.Kafka", str(config))),
@@ -247,10 +266,6 @@ class ApacheKafka:
         except BaseException:
             self.stop()
             raise
-        self.version = self._logged_version() or self.version
-        log.info("Apache Kafka %s (KRaft) on %s, log %s", self.version, self.bootstrap,
-                 self.log_path)
-        return self
 
     def _logged_version(self) -> str | None:
         try:
@@ -322,7 +337,7 @@ class TansuBroker:
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> TansuBroker:
+    def start(self, timeout: float = 30.0, progress: Say | None = None) -> TansuBroker:
         cmd = [
             tansu_binary(), "broker",
             "--listener-url", f"tcp://127.0.0.1:{self.port}",
@@ -338,8 +353,10 @@ class TansuBroker:
             if out is not subprocess.DEVNULL:
                 out.close()
         try:
-            _wait_ready(self._proc, ("127.0.0.1", self.port), self.bootstrap,
-                        self.advertised_port == self.port, timeout, "tansu", self.log_path)
+            with heartbeat(say_or_log(progress, log), lambda elapsed: (
+                    f"still starting tansu on {self.bootstrap} ({elapsed:.0f} s)")):
+                _wait_ready(self._proc, ("127.0.0.1", self.port), self.bootstrap,
+                            self.advertised_port == self.port, timeout, "tansu", self.log_path)
         except BaseException:
             self.stop()
             raise
@@ -360,11 +377,13 @@ class TansuBroker:
 def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
                       advertised_port: int | None = None, keep: bool = False,
                       scratch_root: str | None = None,
-                      extra_properties: dict[str, str] | None = None) -> LocalBroker:
+                      extra_properties: dict[str, str] | None = None,
+                      progress: Say | None = None) -> LocalBroker:
     """Apache Kafka from Maven Central jars; tansu only when Java or Maven is missing. The
     one broker start of the demo, the benchmarks and the tests (``keep``: leave Apache
     Kafka's work directory for its log; ``scratch_root``: where its own work directory goes
-    when ``workdir`` is not given; ``extra_properties``: more broker settings).
+    when ``workdir`` is not given; ``extra_properties``: more broker settings; ``progress``:
+    where a long resolution or start says how it is going, default logged at INFO).
 
     A resolution or start-up failure of Apache Kafka on a machine that has Java and Maven is
     an error, not a reason to fall back: the fallback would hide it.
@@ -372,12 +391,14 @@ def start_local_kafka(workdir: str | None = None, *, allow_tansu: bool = True,
     missing = maven.java_and_maven()
     if missing is None:
         return ApacheKafka(workdir=workdir, advertised_port=advertised_port, keep=keep,
-                           scratch_root=scratch_root, extra_properties=extra_properties).start()
+                           scratch_root=scratch_root, extra_properties=extra_properties
+                           ).start(progress=progress)
     if not allow_tansu:
         raise ConnectorError(f"cannot start Apache Kafka: {missing}; tansu is not allowed here")
     log.warning("cannot start Apache Kafka (%s); falling back to tansu", missing)
     log_path = os.path.join(workdir, "tansu.log") if workdir else None
-    return TansuBroker(advertised_port=advertised_port, log_path=log_path).start()
+    return TansuBroker(advertised_port=advertised_port, log_path=log_path).start(
+        progress=progress)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,

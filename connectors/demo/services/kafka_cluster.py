@@ -19,6 +19,7 @@ does: each node in turn stopped, started, waited for.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import shutil
@@ -34,6 +35,7 @@ from typing import Any
 from connectors.core.errors import ConnectorError
 from connectors.demo.services import maven
 from connectors.demo.services.kafka import _LOG4J2, _stop, _with_open_files, free_port
+from connectors.demo.services.progress import Say, heartbeat, say_or_log
 
 log = logging.getLogger(__name__)
 
@@ -222,28 +224,43 @@ class KafkaCluster:
                            tuple(launchers[i]) if launchers else ())
                       for i in range(size)]
         self.bootstrap = ",".join(n.advertised_address for n in self.nodes)
+        self._say = say_or_log(None, log)
+        self._phase = "not started"  # what a start is doing, for its progress lines
 
     # -- life cycle ---------------------------------------------------------------------------
-    def start(self, timeout: float = 180.0) -> KafkaCluster:
+    def start(self, timeout: float = 180.0, progress: Say | None = None) -> KafkaCluster:
+        """Resolve the jars (their own bound), format and launch every node, then wait up to
+        ``timeout`` seconds until each is registered; ``progress`` gets a line at least
+        every 10 s of each step, of this start and of any :meth:`restart` (default: logged
+        at INFO)."""
+        self._say = say_or_log(progress, log)
         props = {"kafka.version": self.requested_version} if self.requested_version else {}
-        jars = maven.resolve("kafka", props)
+        jars = maven.resolve("kafka", props, progress=progress)
         self.classpath = maven.classpath(jars)
         self.version = maven.jar_version(jars, "kafka_2.13") or self.version
         voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        for n in self.nodes:
-            n.write_config(voters, self.extra)
-            n.format(cluster_id)
-        try:
+        with self._progress(f"starting the Apache Kafka {self.version} cluster of "
+                            f"{len(self.nodes)} nodes"):
             for n in self.nodes:
-                n.launch()
-            self.wait_ready(timeout)
-        except BaseException:
-            self.close()
-            raise
+                self._phase = f"formatting node {n.node_id}'s storage"
+                n.write_config(voters, self.extra)
+                n.format(cluster_id)
+            try:
+                for n in self.nodes:
+                    n.launch()
+                self._phase = f"waiting up to {timeout:.0f} s for every node to register"
+                self.wait_ready(timeout)
+            except BaseException:
+                self.close()
+                raise
         log.info("Apache Kafka %s cluster of %d nodes on %s (files %s)", self.version,
                  len(self.nodes), self.bootstrap, self.workdir)
         return self
+
+    def _progress(self, doing: str) -> contextlib.AbstractContextManager[object]:
+        return heartbeat(self._say, lambda elapsed: (
+            f"still {doing} ({elapsed:.0f} s; {self._phase}; logs under {self.workdir})"))
 
     def close(self) -> None:
         for n in self.nodes:
@@ -316,7 +333,9 @@ class KafkaCluster:
         if n.running():
             return
         n.launch()
-        self._wait_registered([node_id], timeout, ask=n.address)
+        self._phase = f"waiting up to {timeout:.0f} s for it to register"
+        with self._progress(f"restarting Kafka node {node_id}"):
+            self._wait_registered([node_id], timeout, ask=n.address)
         log.info("restarted Kafka node %d", node_id)
 
     def pause(self, node_id: int) -> None:

@@ -7,6 +7,12 @@ the ``apicurio-registry-app`` module through the Quarkus Maven plugin; why that 
 in the pom) into ``$EO_CONNECTORS_CACHE`` (default ``~/.cache/eo-connectors``), one directory
 per pom content, so a version bump builds afresh. It needs Java 17 and Maven.
 
+Two phases, each with its own bound and its own log: the build (a first one downloads from
+Maven Central and runs Quarkus, minutes; ``build_timeout``; Maven's log beside the cached
+application) and the start (the JVM until the REST API answers; ``timeout``, counted from
+the JVM's launch, never eaten by a build; the registry's log in its work directory). Both
+say how they are going at least every 10 s.
+
 ``python -m connectors.demo.services.registry --prepare`` builds it ahead of time (what
 ``scripts/run-tests`` step 3 runs); without ``--prepare`` it starts one and prints its URL.
 """
@@ -27,6 +33,7 @@ from pathlib import Path
 from connectors.core.errors import ConnectorError
 from connectors.demo.services import maven
 from connectors.demo.services.kafka import _stop, free_port
+from connectors.demo.services.progress import Say, heartbeat, say_or_log
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +43,11 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 _DONE = ".built"
 
 
-def build(timeout: float = 1800.0) -> Path:
+def build(timeout: float = 1800.0, progress: Say | None = None) -> Path:
     """The directory holding the packaged registry (``*-runner.jar`` and ``lib/``), built
-    once per pom content. Raises :class:`ConnectorError` with Maven's last lines on failure."""
+    once per pom content; ``progress`` gets a line at least every 10 s of a build (default:
+    logged at INFO). Raises :class:`ConnectorError` naming the build, Maven's log and its
+    last lines on failure."""
     digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
     target = maven.cache_root() / "registry" / f"apicurio-{digest}"
     if (target / _DONE).exists():
@@ -52,29 +61,30 @@ def build(timeout: float = 1800.0) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".apicurio-", dir=target.parent))
         shutil.copy(POM, work / "pom.xml")
-        cmd = ["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "-DskipTests",
-               "-Dquarkus.analytics.disabled=true", "package"]
-        log.info("building the schema registry (Apicurio) from Maven Central into %s", target)
+        args = ["-f", str(work / "pom.xml"), "-DskipTests", "-Dquarkus.analytics.disabled=true",
+                "package"]
+        maven_log = target.with_suffix(".build.log")
+        log.info("building the schema registry (Apicurio) from Maven Central into %s "
+                 "(Maven's log: %s)", target, maven_log)
         try:
-            done = subprocess.run(  # noqa: S603 - fixed argv
-                cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                env={**os.environ, "MAVEN_OPTS": os.environ.get("MAVEN_OPTS", "-Xmx768m")},
-            )
-        except subprocess.TimeoutExpired as e:
+            code = maven.run_maven(
+                args, maven_log, timeout=timeout, progress=progress,
+                doing="building the schema registry (Apicurio) from Maven Central",
+                env={**os.environ, "MAVEN_OPTS": os.environ.get("MAVEN_OPTS", "-Xmx768m")})
+        except ConnectorError:
             shutil.rmtree(work, ignore_errors=True)
-            raise ConnectorError(f"building the schema registry took over {timeout:.0f}s") from e
+            raise
         runners = list((work / "target").glob("*-runner.jar"))
-        if done.returncode != 0 or not runners:
+        if code != 0 or not runners:
             shutil.rmtree(work, ignore_errors=True)
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
             raise ConnectorError(
-                f"cannot build the schema registry from {POM} (mvn exit {done.returncode}):\n"
-                f"{tail}")
+                f"building the schema registry from {POM} failed (mvn exit {code}; Maven's "
+                f"log: {maven_log}):\n{maven.log_tail(maven_log)}")
         staging = work / "app"
         staging.mkdir()
         os.replace(runners[0], staging / "registry-runner.jar")
         os.replace(work / "target" / "lib", staging / "lib")
-        (staging / _DONE).write_text(" ".join(cmd) + "\n")
+        (staging / _DONE).write_text(" ".join(["mvn", *args]) + "\n")
         shutil.rmtree(target, ignore_errors=True)
         os.replace(staging, target)
         shutil.rmtree(work, ignore_errors=True)
@@ -101,9 +111,12 @@ class LocalRegistry:
         self.started_in: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120.0) -> LocalRegistry:
-        began = time.monotonic()
-        app = build()
+    def start(self, timeout: float = 120.0, *, build_timeout: float = 1800.0,
+              progress: Say | None = None) -> LocalRegistry:
+        """Build the registry if it is not built yet (up to ``build_timeout`` seconds), then
+        launch it and wait up to ``timeout`` seconds from the launch until it answers.
+        ``progress`` gets a line at least every 10 s of either (default: logged at INFO)."""
+        app = build(build_timeout, progress)
         cmd = [
             "java", f"-Xmx{self.heap}", "-Xss512k", "-XX:+UseSerialGC",
             # C1 only: a test session's registry answers a few hundred requests.
@@ -115,12 +128,19 @@ class LocalRegistry:
             f"-Djava.io.tmpdir={self.workdir}",
             "-jar", str(app / "registry-runner.jar"),
         ]
+        # The deadline starts here, after the build: a first run's build (minutes) must not
+        # leave the start no time at all.
+        began = time.monotonic()
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv
                 cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
                 start_new_session=True)
+        say = say_or_log(progress, log)
         try:
-            self._wait_ready(began + timeout)
+            with heartbeat(say, lambda elapsed: f"still starting the schema registry on "
+                           f"{self.base} ({elapsed:.0f} s of {timeout:.0f} s; its log: "
+                           f"{self.log_path})"):
+                self._wait_ready(began, timeout)
         except BaseException:
             self.stop(keep=True)
             raise
@@ -129,23 +149,28 @@ class LocalRegistry:
                  self.url, self.started_in, self.log_path)
         return self
 
-    def _wait_ready(self, deadline: float) -> None:
-        last = "not polled yet"
-        while time.monotonic() < deadline:
+    def _wait_ready(self, began: float, timeout: float) -> None:
+        last = "no answer yet"
+        deadline = began + timeout
+        while True:  # polled at least once, however short the timeout
             if self._proc is not None and self._proc.poll() is not None:
                 raise ConnectorError(
                     f"the schema registry exited with code {self._proc.returncode} during "
-                    f"start-up (log: {self.log_path}): {_tail(self.log_path)}")
+                    f"start-up (its log: {self.log_path}): {_tail(self.log_path)}")
             try:
                 with urllib.request.urlopen(self.url + "/subjects", timeout=2) as r:  # noqa: S310
                     if r.status == 200:
                         self.version = _version(self.base)
                         return
+                    last = f"HTTP {r.status}"
             except (urllib.error.URLError, OSError) as e:
                 last = str(e)
+            if time.monotonic() >= deadline:
+                raise ConnectorError(
+                    f"the schema registry at {self.url} did not answer within {timeout:.0f}s "
+                    f"of its start (its build was done before; the start timed out): {last} "
+                    f"(its log: {self.log_path}: {_tail(self.log_path) or 'empty'})")
             time.sleep(0.2)
-        raise ConnectorError(f"the schema registry at {self.url} was not ready in time: "
-                             f"{last} (log: {self.log_path})")
 
     @property
     def pid(self) -> int | None:
@@ -190,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if "--prepare" in args:
-        print(f"schema registry: {build()}")
+        began = time.monotonic()
+        print(f"schema registry: building (from Maven Central the first time, then cached in "
+              f"{maven.cache_root()})...", flush=True)
+        where = build(progress=lambda line: print(f"  {line}", flush=True))
+        print(f"schema registry: {where} ({time.monotonic() - began:.0f}s)")
         return 0
     with LocalRegistry() as reg:
         print(f"schema registry (Apicurio {reg.version}) at {reg.url}; Ctrl-C stops it")
