@@ -42,6 +42,8 @@ from tests.helpers import REPO, scan_topic
 
 APP = "tests/integration/cluster_kafka/pipelines/fault_app.py"
 KILLS = 10
+#: Records in the source topic before the queries start; the producer goes on from there.
+FIRST = 2000
 SEED = int(os.environ.get("EO_FAULT_SEED", "0")) or random.SystemRandom().randrange(1, 10**6)
 #: Signs in a log that a process aborted or a query ended (what the test fails on).
 ABORTS = ("Assertion", "Fatal Python error", "core dumped", "Python worker exited unexpectedly",
@@ -111,6 +113,7 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
         tmp_path):
     from confluent_kafka import Producer
 
+    from connectors.kafka.common import LIBRDKAFKA_LOG
     from tests.services.spark_jvm import start_job
 
     rng = random.Random(SEED)
@@ -157,10 +160,10 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
     producing.set()
     written = [0]
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20})
+                         "linger.ms": 20}, logger=LIBRDKAFKA_LOG)
 
     def produce() -> None:
-        i = 0
+        i = FIRST
         while producing.is_set():
             for _ in range(50):
                 producer.produce(src, key=f"k{i % 113}".encode(), value=f"v-{i:08d}".encode(),
@@ -171,7 +174,7 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
             time.sleep(0.5)
 
     writer = threading.Thread(target=produce, daemon=True)
-    for i in range(2000):
+    for i in range(FIRST):
         producer.produce(src, key=f"k{i % 113}".encode(), value=f"v-{i:08d}".encode(),
                          partition=i % 4)
     producer.flush(60)
@@ -236,7 +239,7 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
         producing.clear()
         writer.join(30)
         producer.flush(120)
-        event(f"faults over; {written[0] + 2000} records produced")
+        event(f"faults over; {written[0]} records produced")
 
         truth_messages, _ = scan_topic(cluster.bootstrap, src, isolation="read_committed",
                                        timeout=120)
