@@ -166,8 +166,13 @@ class KafkaSourceOptions:
             raise v.error(opt.WINDOW.arg, "needs walPath", "set walPath to the windows' WAL")
         formats = parse_formats(v, _named_topics(clusters))
         for c in clusters:  # the readers' whole configuration: fails here, not in a task
-            check_client_config(FAMILY, c.reader_conf(group_id), "consumer",
-                                option=spelled(spelling, c.name if multi else None))
+            option = spelled(spelling, c.name if multi else None)
+            if not c.kafka.get("group.id", "-").strip():
+                # confluent-kafka aborts the process (an assertion) on a blank group.id
+                raise option_error(FAMILY, option("group.id"), "is empty",
+                                   "give the consumer group's id, or remove it (the group is "
+                                   "then <groupIdPrefix>-<hash>)")
+            check_client_config(FAMILY, c.reader_conf(group_id), "consumer", option=option)
         return v.build(cls, used=_DERIVED_FROM, clusters=clusters, multi_cluster=multi,
                        group_id=group_id, poll_timeout=v[opt.POLL_TIMEOUT.arg] / 1000.0,
                        formats=formats)
