@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -31,6 +31,9 @@ from connectors.spark.sink_adapter import (
     check_sink,
     refuse_overwrite,
 )
+
+if TYPE_CHECKING:
+    from connectors.kafka.source.options import KafkaSourceOptions
 
 SinkFactory = Callable[[dict[str, str], pa.Schema], BatchSink]
 
@@ -103,6 +106,10 @@ class EoKafkaDataSource(_SinkDataSource):
 
     family = "eo_kafka"
     factory = staticmethod(_kafka_sink)
+    #: The source's options as ``schema()`` parsed them, once per query; Spark pickles this
+    #: DataSource, with them, to each process that makes a reader (None: a write's options,
+    #: or a schema the user gave, so that Spark never asked).
+    source_options: KafkaSourceOptions | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -111,17 +118,18 @@ class EoKafkaDataSource(_SinkDataSource):
     def schema(self) -> StructType | str:
         from connectors.spark import kafka_source
 
-        return kafka_source.source_schema(dict(self.options))
+        schema, self.source_options = kafka_source.source_schema(dict(self.options))
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from connectors.spark import kafka_source
 
-        return kafka_source.batch_reader(dict(self.options), schema)
+        return kafka_source.batch_reader(dict(self.options), schema, self.source_options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from connectors.spark import kafka_source
 
-        return kafka_source.stream_reader(dict(self.options), schema)
+        return kafka_source.stream_reader(dict(self.options), schema, self.source_options)
 
 
 DATA_SOURCES: tuple[type[DataSource], ...] = (

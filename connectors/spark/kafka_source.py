@@ -62,18 +62,23 @@ _SINK_ONLY = frozenset(
     if not any(n == s or (s.endswith(".") and n.startswith(s)) for s in _SHARED))
 
 
-def source_schema(options: dict[str, str]) -> StructType | str:
-    """Spark's Kafka schema, plus ``headers`` (includeHeaders) and ``cluster`` (clusters)."""
+def source_schema(options: dict[str, str]) -> tuple[StructType | str, KafkaSourceOptions | None]:
+    """Spark's Kafka schema, plus ``headers`` (includeHeaders) and ``cluster`` (clusters);
+    and the options parsed for it, which the DataSource keeps for its readers (None for a
+    write's options)."""
     # Spark asks for the schema at load(): parse every option now, so a bad one raises at
-    # the line that set it rather than from awaitTermination() seconds after start(). A
-    # write (sink options, which hold sink_id) may reach here too; its writer parses them.
-    if not any(str(k).lower() in _SINK_ONLY for k in options):
-        formats = KafkaSourceOptions.from_options(options, batch=True).formats
-        if formats is not None:  # typed key/value: their reader schemas, asked once here
-            return _formats_schema(formats_schema.resolve(formats), options)
-    r = OptionReader(options, family="eo_kafka")
-    include_headers = r.boolean("includeHeaders", False)
-    return spark_schema_ddl(include_headers, r.has("clusters"))
+    # the line that set it rather than from awaitTermination() seconds after start(). This
+    # is the query's one parse: Spark pickles the DataSource, with the spec, to each process
+    # that makes a reader of it (a stream has two: the source runner's and the one whose
+    # read() the tasks run). A write (sink options, which hold sink_id) may reach here too;
+    # its writer parses them.
+    if any(str(k).lower() in _SINK_ONLY for k in options):
+        r = OptionReader(options, family="eo_kafka")
+        return spark_schema_ddl(r.boolean("includeHeaders", False), r.has("clusters")), None
+    opts = KafkaSourceOptions.parse(options)
+    if opts.formats is not None:  # typed key/value: their reader schemas, asked once here
+        return _formats_schema(formats_schema.resolve(opts.formats), opts), opts
+    return spark_schema_ddl(opts.include_headers, opts.multi_cluster), opts
 
 
 #: Where a column's reader schema travels from ``schema()`` to the readers: the metadata of
@@ -82,11 +87,10 @@ def source_schema(options: dict[str, str]) -> StructType | str:
 _SCHEMA_KEY = "eo_kafka.readerSchema"
 
 
-def _formats_schema(formats: SourceFormats, options: dict[str, str]) -> StructType:
+def _formats_schema(formats: SourceFormats, opts: KafkaSourceOptions) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    r = OptionReader(options, family="eo_kafka")
-    base = arrow_schema(r.boolean("includeHeaders", False), r.has("clusters"))
+    base = arrow_schema(opts.include_headers, opts.multi_cluster)
     schema = from_arrow_schema(formats_schema.arrow_schema(base, formats))
     for c in formats.columns:
         schema[c.column].metadata = {_SCHEMA_KEY: {"id": c.schema_id, "schema": c.schema,
@@ -110,14 +114,22 @@ def _with_formats(opts: KafkaSourceOptions, schema: StructType) -> KafkaSourceOp
                                                                  columns=tuple(columns)))
 
 
-def stream_reader(options: dict[str, str], schema: StructType) -> DataSourceStreamReader:
-    return KafkaStreamReader(_with_formats(KafkaSourceOptions.from_options(options), schema),
-                             schema)
+def _spec(options: dict[str, str], parsed: KafkaSourceOptions | None, batch: bool,
+          schema: StructType) -> KafkaSourceOptions:
+    """The reader's spec: from the options ``schema()`` parsed, or, when the user gave the
+    schema and Spark never asked for it, parsed here."""
+    opts = parsed if parsed is not None else KafkaSourceOptions.parse(options)
+    return _with_formats(opts.for_read(batch), schema)
 
 
-def batch_reader(options: dict[str, str], schema: StructType) -> DataSourceReader:
-    return KafkaBatchReader(
-        _with_formats(KafkaSourceOptions.from_options(options, batch=True), schema), schema)
+def stream_reader(options: dict[str, str], schema: StructType,
+                  parsed: KafkaSourceOptions | None = None) -> DataSourceStreamReader:
+    return KafkaStreamReader(_spec(options, parsed, False, schema), schema)
+
+
+def batch_reader(options: dict[str, str], schema: StructType,
+                 parsed: KafkaSourceOptions | None = None) -> DataSourceReader:
+    return KafkaBatchReader(_spec(options, parsed, True, schema), schema)
 
 
 class KafkaInputPartition(InputPartition):

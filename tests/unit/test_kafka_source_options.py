@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -157,6 +158,18 @@ def test_group_id() -> None:
     assert parse(groupIdPrefix="etl", subscribe="other").group_id != a.group_id
     assert parse(walPath="/tmp/w1").group_id != parse(walPath="/tmp/w2").group_id
     assert "cannot be used together" in str(error(groupIdPrefix="x", **{"kafka.group.id": "g"}))
+
+
+@pytest.mark.parametrize("group", ["", "  "])
+def test_a_blank_group_id_is_refused(group: str) -> None:
+    """A blank group.id would abort the process in confluent-kafka's Consumer()."""
+    e = error(**{"kafka.group.id": group})
+    assert e.option == "kafka.group.id" and "is empty" in str(e)
+    entry = json.dumps([{"name": "e", "bootstrap": "h", "subscribe": "a",
+                         "kafka.group.id": group}])
+    with pytest.raises(OptionError, match="clusters entry 'e'") as found:
+        KafkaSourceOptions.from_options({"clusters": entry})
+    assert "is empty" in str(found.value)
 
 
 def test_wal_path_takes_object_stores_and_their_options() -> None:

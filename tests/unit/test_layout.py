@@ -9,6 +9,9 @@
 - The Kafka source and sink never import each other: nothing under
   ``connectors/kafka/source/`` imports ``connectors.kafka.sink``, nor the other way round,
   not even lazily; what they share is ``connectors/kafka/common.py``.
+- No import circles among the modules under ``connectors/``, counting imports inside
+  functions and under ``TYPE_CHECKING``; the circles known when the check came are listed in
+  ``ALLOWED_CIRCLES`` for their owners, and leave it with the circle.
 - No family imports the CLI, and no JDBC module imports the JDBC protocol (``jdbc/sink.py``)
   back: the sink and the staging strategies share ``jdbc/database.py`` instead.
 """
@@ -144,3 +147,140 @@ def test_jdbc_engines_never_import_the_protocol(path: str) -> None:
     bad = [f"line {n}: {name}" for n, name in imported_names(path)
            if name == "connectors.jdbc.sink" or name.startswith("connectors.jdbc.sink.")]
     assert not bad, f"{os.path.relpath(path, PACKAGE)} imports connectors.jdbc.sink: {bad}"
+
+
+# -- no import circles --------------------------------------------------------------------------
+#: Circles that were there when the check came (issue 45), left to their owners: each entry is
+#: the set of modules of one circle. A circle that grows, shrinks or goes away fails the test
+#: too, so that its entry leaves with it.
+ALLOWED_CIRCLES = (
+    # kafka/sink: wire.py's WireProducer <-> wire_send.py's Sender (issue 45, item 2: the
+    # wire client as a package of its own, which the lead is building).
+    frozenset({"connectors.kafka.sink.wire", "connectors.kafka.sink.wire_send"}),
+    # doctor/__init__.py imports cluster.py and install.py inside run_checks(), and both take
+    # Check, OK, FAIL, ... from doctor/__init__.py: a circle through a function-level import.
+    frozenset({"connectors.doctor", "connectors.doctor.cluster", "connectors.doctor.install"}),
+)
+
+
+def module_name(path: str, package_dir: str = PACKAGE) -> str:
+    parts = os.path.relpath(path, os.path.dirname(package_dir))[: -len(".py")].split(os.sep)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package_dir: str = PACKAGE) -> dict[str, set[str]]:
+    """Each module under ``package_dir`` -> the modules there it imports, at the top or
+    inside a function (:func:`imported_names`). ``from pkg import name`` is an import of
+    ``pkg.name`` when that is a module (a compiled one counts as outside), else of ``pkg``."""
+    paths = {module_name(p, package_dir): p for p in modules_under(package_dir)}
+
+    def compiled(package: str, leaf: str) -> bool:
+        path = paths[package]
+        return path.endswith("__init__.py") and any(
+            f.split(".")[0] == leaf and not f.endswith(".py")
+            for f in os.listdir(os.path.dirname(path)))
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        statements: dict[int, list[str]] = {}
+        for line, imported in imported_names(path, package_dir):
+            statements.setdefault(line, []).append(imported)
+        targets: set[str] = set()
+        for names in statements.values():
+            found, submodules = set(), set()
+            for imported in names:
+                parent, _, leaf = imported.rpartition(".")
+                if imported in paths:
+                    found.add(imported)
+                elif parent in paths and compiled(parent, leaf):
+                    submodules.add(imported)
+                elif parent in paths:
+                    found.add(parent)
+            every = found | submodules
+            # `from pkg import mod` runs pkg/__init__.py only as the parent of mod
+            targets |= {m for m in found if not any(o.startswith(m + ".") for o in every)}
+        graph[name] = targets - {name}
+    return graph
+
+
+def modules_under(package_dir: str) -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(package_dir)
+                  for f in files if f.endswith(".py"))
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected sets of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = set()
+            while True:
+                w = stack.pop()
+                part.add(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(part)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def loop(graph: dict[str, set[str]], circle: set[str]) -> str:
+    """One loop through a circle, ``a -> b -> a``, for the message."""
+    start = min(circle)
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        v = todo.pop(0)
+        for w in sorted(graph[v] & circle):
+            if w == start:
+                return " -> ".join([*paths[v], start])
+            if w not in paths:
+                paths[w] = [*paths[v], w]
+                todo.append(w)
+    return ", ".join(sorted(circle))
+
+
+def test_no_import_circles() -> None:
+    graph = import_graph()
+    found = circles(graph)
+    new = [loop(graph, c) for c in found if frozenset(c) not in ALLOWED_CIRCLES]
+    assert not new, ("modules under connectors/ that import each other (at the top or in a "
+                     "function): " + "; ".join(new) + ". Move what both need into a module "
+                     "below them, so that the imports point one way")
+    gone = [sorted(c) for c in ALLOWED_CIRCLES if c not in {frozenset(f) for f in found}]
+    assert not gone, f"allowed circles no longer there: remove them from ALLOWED_CIRCLES: {gone}"
+
+
+def test_the_circle_check_sees_every_kind_of_import(tmp_path) -> None:
+    root = tmp_path / "connectors"
+    (root / "fam").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "fam" / "__init__.py").write_text("def run():\n    from connectors.fam import c\n")
+    (root / "fam" / "a.py").write_text("from connectors.fam import b\n")
+    (root / "fam" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\n")
+    (root / "fam" / "c.py").write_text("from connectors.fam import run\n")
+    (root / "fam" / "d.py").write_text("from connectors.fam import _native, a\n")
+    (root / "fam" / "_native.c").write_text("")
+    graph = import_graph(str(root))
+    assert graph["connectors.fam.d"] == {"connectors.fam.a"}  # not the package, not C
+    found = sorted(sorted(c) for c in circles(graph))
+    assert found == [["connectors.fam", "connectors.fam.c"],
+                     ["connectors.fam.a", "connectors.fam.b"]]
+    assert loop(graph, set(found[1])) == "connectors.fam.a -> connectors.fam.b -> connectors.fam.a"

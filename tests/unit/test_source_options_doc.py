@@ -1,6 +1,7 @@
 """The ``eo_kafka`` source's options are declared once (connectors/kafka/source/declaration.py),
 like the sinks': docs/kafka-source.md's table is generated from the declaration, the source
-takes exactly the declared options, and a parsed option left unset has the declared default.
+takes exactly the declared options (an unknown one is refused naming the closest declared
+one), and a parsed option left unset has the declared default.
 
 ``UPDATE_DOCS=1 pytest tests/unit/test_source_options_doc.py`` rewrites the table (between
 ``<!-- options: KAFKA_SOURCE_OPTIONS ... -->`` and ``<!-- end of options -->``).
@@ -16,11 +17,19 @@ from typing import Any
 import pytest
 
 from connectors.core.declared import docs_table
+from connectors.core.errors import OptionError
 from connectors.core.options import OptionReader
 from connectors.core.storage import STORAGE_OPTIONS
-from connectors.kafka.source.declaration import KAFKA_SOURCE_OPTIONS, WINDOW
+from connectors.kafka.source.declaration import (
+    GROUP_ID,
+    GROUP_ID_PREFIX,
+    IGNORE_UNKNOWN_OPTIONS,
+    KAFKA_SOURCE_OPTIONS,
+    READ_OPTIONS,
+    WINDOW,
+)
 from connectors.kafka.source.format_options import FORMAT_OPTIONS
-from connectors.kafka.source.options import KafkaSourceOptions
+from connectors.kafka.source.options import DEFAULT_GROUP_PREFIX, KafkaSourceOptions
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kafka-source.md"
 MINIMAL = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
@@ -67,6 +76,22 @@ def test_the_source_takes_exactly_the_declared_options(monkeypatch: pytest.Monke
                  | {f"storage.{o.name}" for o in STORAGE_OPTIONS} | {WINDOW.spark})
     # kafka.group.id is one of the kafka.* settings, named in the table for what it means
     assert asked - elsewhere == declared - {"kafka.group.id"}
+    # ... and the source reads what it declares, nothing besides
+    read = {o.spark + "*" if o.kind.prefix else o.spark for o in READ_OPTIONS}
+    assert read == declared - {GROUP_ID.spark} | elsewhere - {
+        f"storage.{o.name}" for o in STORAGE_OPTIONS}
+
+
+# ignoreUnknownOptions is never suggested: a typo of it is only ever an unknown option
+@pytest.mark.parametrize("o", [o for o in READ_OPTIONS
+                               if not o.kind.prefix and o is not IGNORE_UNKNOWN_OPTIONS],
+                         ids=lambda o: o.spark)
+def test_a_misspelled_option_is_refused_naming_the_declared_one(o: Any) -> None:
+    typo = o.spark[:-1]  # startingOffset, failOnDataLos, eo.windo, ...
+    with pytest.raises(OptionError) as e:
+        KafkaSourceOptions.from_options({**MINIMAL, typo: "1"})
+    # (kafka.bootstrap.server is a kafka.* setting: librdkafka's check names it)
+    assert f"'{typo}'" in str(e.value) and f"did you mean '{o.spark}'" in str(e.value)
 
 
 def test_an_unset_option_has_its_declared_default() -> None:
@@ -82,8 +107,11 @@ def test_an_unset_option_has_its_declared_default() -> None:
     # Spark's name and unit (milliseconds) for the poll timeout; the spec keeps seconds
     (poll,) = [o for o in KAFKA_SOURCE_OPTIONS if o.arg == "poll_timeout"]
     assert parsed.poll_timeout == poll.default / 1000
-    assert parsed.group_id.startswith(
-        next(o.default for o in KAFKA_SOURCE_OPTIONS if o.spark == "groupIdPrefix") + "-")
+    # groupIdPrefix declares no default (set with kafka.group.id it is an error); its table
+    # shows the one the source takes
+    assert GROUP_ID_PREFIX.default is None
+    assert GROUP_ID_PREFIX.shown_default == f"`{DEFAULT_GROUP_PREFIX}`"
+    assert parsed.group_id.startswith(DEFAULT_GROUP_PREFIX + "-")
 
 
 def test_an_object_store_wal_path_is_taken_as_the_docs_say() -> None:

@@ -1,12 +1,19 @@
-"""The ``eo_kafka`` source's options, declared once (:data:`KAFKA_SOURCE_OPTIONS`): Spark's
-option name, the field of :class:`~connectors.kafka.source.options.KafkaSourceOptions` it
-sets, the kind, default, bounds and help. docs/kafka-source.md's options table is generated
-from it (``tests/unit/test_source_options_doc.py`` checks it; ``UPDATE_DOCS=1`` rewrites it),
-and ``KafkaSourceOptions.from_options`` reads the options with a plain value through
-:func:`~connectors.core.declared.read_option` from these same declarations. The options
-whose value is a structure (the subscription, the starting and ending offsets, ``clusters``)
-are declared here for their name, default and help, and parsed by ``options.py`` itself.
-The Schema Registry options are declared in ``format_options.py``.
+"""The ``eo_kafka`` source's options, declared once: Spark's option name, the key of its value
+(the field of :class:`~connectors.kafka.source.options.KafkaSourceOptions` it sets, where
+one does; the source has no Python constructor), the kind, default, bounds and help.
+
+From these declarations (and the Schema Registry's, in ``format_options.py``):
+
+- ``KafkaSourceOptions.parse`` reads every option (:data:`READ_OPTIONS`) through its kind,
+  with :func:`~connectors.core.declared.spark_values`, as the sinks do; an option that is
+  not declared is refused, naming the closest declared one;
+- docs/kafka-source.md's options table is generated from :data:`KAFKA_SOURCE_OPTIONS`
+  (``tests/unit/test_source_options_doc.py`` checks it; ``UPDATE_DOCS=1`` rewrites it).
+
+The options whose value has a structure (the subscription, the starting and ending offsets,
+``clusters``) have kinds of their own (:mod:`connectors.kafka.source.kinds`); what ties
+several options together (exactly one subscription, a start or a ``clusters`` entry) is
+checked by ``options.py`` on the values read.
 """
 
 from __future__ import annotations
@@ -23,34 +30,39 @@ from connectors.core.declared import (
 from connectors.core.option_kinds import DURATION
 from connectors.core.options import IGNORE_UNKNOWN
 from connectors.kafka.common import CONNECT_TIMEOUT, METADATA_RETRY_TIMEOUT
+from connectors.kafka.source import kinds
+from connectors.kafka.source.format_options import FORMAT_OPTIONS
 from connectors.kafka.source.offsets import DEFAULT_TARGET_RECORDS
 
 DEFAULT_GROUP_PREFIX = "eo-kafka-source"
 
-BOOTSTRAP = Opt("kafka.bootstrap.servers", "bootstrap", STRING, required=True,
+# Required unless `clusters` names the brokers: options.py says so (required=False here).
+BOOTSTRAP = Opt("kafka.bootstrap.servers", "bootstrap", STRING, shown_default="required",
                 hint="e.g. 'host1:9092,host2:9092'", help="broker list (not with `clusters`)")
-SUBSCRIBE = Opt("subscribe", "subscribe", STRING, shown_default="exactly one of the three",
+SUBSCRIBE = Opt("subscribe", "subscribe", kinds.TOPICS, shown_default="exactly one of the three",
                 help="topic list `a,b`")
-SUBSCRIBE_PATTERN = Opt("subscribePattern", "subscribe_pattern", STRING,
+SUBSCRIBE_PATTERN = Opt("subscribePattern", "subscribe_pattern", kinds.PATTERN,
                         help="a regular expression of topic names")
-ASSIGN = Opt("assign", "assign", STRING, help='JSON `{"a": [0, 1]}`: these partitions only')
+ASSIGN = Opt("assign", "assign", kinds.PARTITIONS,
+             help='JSON `{"a": [0, 1]}`: these partitions only')
 STARTING_OFFSETS = Opt(
-    "startingOffsets", "starting", STRING, shown_default="streaming `latest`, batch `earliest`",
+    "startingOffsets", "starting_offsets", kinds.START,
+    shown_default="streaming `latest`, batch `earliest`",
     help="`earliest`, `latest`, `group` (the consumer group's committed offsets, earliest "
     'where it has none), or JSON `{"t": {"0": 23, "1": -2}}` (-2 = earliest, -1 = latest; it '
     "must name every partition). Only used by a new query; a restarted query continues from "
     "its checkpoint")
 STARTING_BY_TIMESTAMP = Opt(
-    "startingOffsetsByTimestamp", "starting", STRING,
+    "startingOffsetsByTimestamp", "starting_offsets_by_timestamp", kinds.START_BY_TIMESTAMP,
     help='JSON `{"t": {"0": <epoch ms>}}`: the first offset at or after that time')
-STARTING_TIMESTAMP = Opt("startingTimestamp", "starting", STRING,
+STARTING_TIMESTAMP = Opt("startingTimestamp", "starting_timestamp", kinds.START_TIMESTAMP,
                          help="one epoch-ms timestamp for every partition")
 TIMESTAMP_STRATEGY = Opt(
     "startingOffsetsByTimestampStrategy", "timestamp_strategy", CHOICE, "error",
     choices=("error", "latest"),
     help="`latest`: a partition with no record after the timestamp starts at its end instead "
     "of failing")
-ENDING_OFFSETS = Opt("endingOffsets", "ending", STRING, shown_default="`latest`",
+ENDING_OFFSETS = Opt("endingOffsets", "ending", kinds.END, shown_default="`latest`",
                      help="batch only: `latest` or JSON (-1 = latest; -2 is refused)")
 MAX_OFFSETS = Opt(
     "maxOffsetsPerTrigger", "max_offsets_per_trigger", INTEGER, minimum=1,
@@ -94,11 +106,13 @@ KAFKA = Opt("kafka.", "kafka", PREFIXED, arg_note="(keys without `kafka.`)",
             help="passed to librdkafka, for example `kafka.security.protocol`, `kafka.sasl.*` "
             "or `kafka.isolation.level` (default `read_committed`). Secrets are never logged. "
             "Three are refused (below)")
+#: One of the kafka.* settings (read with them), named in the table for what it means.
 GROUP_ID = Opt("kafka.group.id", "group_id", STRING,
                help="the consumer group that committed offsets go to (and that "
                "`startingOffsets=group` reads)")
+# No declared default: set together with kafka.group.id, it is an error (options.py).
 GROUP_ID_PREFIX = Opt(
-    "groupIdPrefix", "group_id", STRING, DEFAULT_GROUP_PREFIX,
+    "groupIdPrefix", "group_id_prefix", STRING, shown_default=f"`{DEFAULT_GROUP_PREFIX}`",
     help="without `kafka.group.id`, the group is `<prefix>-<hash>`, where the hash comes from "
     "`walPath` if set, else from the brokers and the subscription. It is stable across "
     "restarts")
@@ -113,7 +127,7 @@ STORAGE_OPTIONS = Opt(
     help="how to reach an object store holding `walPath` (endpoint, region, credentials; "
     "docs/deploying.md, \"Credentials and endpoints\"); an error without `walPath`")
 CLUSTERS = Opt(
-    "clusters", "clusters", STRING,
+    "clusters", "cluster_entries", kinds.JSON_LIST,
     help='JSON list `[{"name": "east", "bootstrap": "h1:9092", "subscribe": "t"}, '
     '{"bootstrap": "h2:9092", "assign": {"t": [0]}, "startingOffsets": "earliest", '
     '"kafka.security.protocol": "SSL"}]`. Each entry has exactly one of `subscribe`, '
@@ -130,8 +144,8 @@ IGNORE_UNKNOWN_OPTIONS = Opt(IGNORE_UNKNOWN, "ignore_unknown_options", BOOLEAN, 
 #: ``KafkaWindows`` pins a batch read to one window of its WAL with this; not for users.
 WINDOW = Opt("eo.window", "window", INTEGER, minimum=0)
 
-#: Every option of the source, in the docs table's order (the Schema Registry's are in
-#: ``format_options.FORMAT_OPTIONS``; ``eo.window`` is internal).
+#: Every option of the source in the docs table's order (the Schema Registry's are in
+#: ``format_options.FORMAT_OPTIONS``, with a table of their own; ``eo.window`` is internal).
 KAFKA_SOURCE_OPTIONS: tuple[Opt, ...] = (
     BOOTSTRAP, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, STARTING_BY_TIMESTAMP,
     STARTING_TIMESTAMP, TIMESTAMP_STRATEGY, ENDING_OFFSETS, MAX_OFFSETS, MIN_OFFSETS,
@@ -140,3 +154,8 @@ KAFKA_SOURCE_OPTIONS: tuple[Opt, ...] = (
     STORAGE_OPTIONS, CLUSTERS, CONNECT_TIMEOUT, METADATA_RETRY_TIMEOUT, POLL_TIMEOUT,
     ARROW_BATCH, IGNORE_UNKNOWN_OPTIONS,
 )
+
+#: Every option the source reads, in the order it reads them: the table's (``kafka.group.id``
+#: is one of ``kafka.*``), the Schema Registry's and ``eo.window``.
+READ_OPTIONS: tuple[Opt, ...] = (
+    *(o for o in KAFKA_SOURCE_OPTIONS if o is not GROUP_ID), *FORMAT_OPTIONS, WINDOW)

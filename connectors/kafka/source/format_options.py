@@ -1,20 +1,15 @@
 """The Schema Registry options of the ``eo_kafka`` source, declared once
-(docs/schema-registry.md derives its table from :data:`FORMAT_OPTIONS`), and their reading
-into :class:`~connectors.kafka.registry.formats.SourceFormats`. A module of their own beside
-:mod:`connectors.kafka.source.options`, which reads them in ``from_options``.
+(docs/schema-registry.md derives its table from :data:`FORMAT_OPTIONS`), and their values
+made into :class:`~connectors.kafka.registry.formats.SourceFormats`. The source reads them
+with its other options (``declaration.READ_OPTIONS``) and hands their values here; this
+module knows nothing else of the source.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from connectors.core.declared import CHOICE, PREFIXED, STRING, Opt, read_option
-from connectors.core.options import OptionReader
+from connectors.core.declared import CHOICE, PREFIXED, STRING, Opt, Values
 from connectors.kafka.common import FAMILY
 from connectors.kafka.registry import formats as registry_formats
-
-if TYPE_CHECKING:
-    from connectors.kafka.source.options import ClusterSpec
 
 
 def _format_options(column: str) -> tuple[Opt, ...]:
@@ -30,7 +25,9 @@ def _format_options(column: str) -> tuple[Opt, ...]:
             shown_default=f"`<topic>-{column}`",
             help=f"the registry subject of the {column}'s reader schema (the default, "
             "TopicNameStrategy, needs exactly one subscribed topic)"),
-        Opt(f"{column}SchemaVersion", f"{column}_schema_version", STRING, "latest",
+        # No declared default, so that a version set with a binary column is refused.
+        Opt(f"{column}SchemaVersion", f"{column}_schema_version", STRING,
+            shown_default="`latest`",
             help=f"the subject's version that is the {column}'s reader schema: `latest` "
             "(when the query starts) or a number. Records written with other compatible "
             "schemas are resolved to it (Avro schema resolution)"),
@@ -56,29 +53,18 @@ ON_DECODE_ERROR = Opt(
 FORMAT_OPTIONS = (*VALUE_FORMAT_OPTIONS, *KEY_FORMAT_OPTIONS, ON_DECODE_ERROR, SCHEMA_REGISTRY)
 
 
-def parse_formats(r: OptionReader,
-                  clusters: tuple[ClusterSpec, ...]) -> registry_formats.SourceFormats | None:
-    """The formats of a source's options (no network: :func:`registry_formats.resolve`
-    fetches the reader schemas); the default subject needs the one topic read by name."""
-    read = {o.spark: read_option(r, o) for o in FORMAT_OPTIONS}
-    values: dict[str, Any] = {k: v for k, (_, v) in read.items()}
-    names = {k: n for k, (n, _) in read.items()}  # as declared: Spark lower-cases keys
-    topics: tuple[str, ...] = ()
-    if len(clusters) == 1 and clusters[0].subscribe_pattern is None:
-        c = clusters[0]
-        topics = c.subscribe or tuple(sorted({t for t, _ in c.assign}))
-    elif len(clusters) > 1:
-        topics = tuple(sorted({t for c in clusters for t in c.subscribe}
-                              | {t for c in clusters for t, _ in c.assign}))
-        topics = topics if all(c.subscribe_pattern is None for c in clusters) else ()
+def parse_formats(v: Values, topics: tuple[str, ...]) -> registry_formats.SourceFormats | None:
+    """The formats from the values of :data:`FORMAT_OPTIONS` (no network:
+    :func:`registry_formats.resolve` fetches the reader schemas); ``topics``: the topics
+    read, when they are known by name (the default subject needs exactly one)."""
+    names = {o.spark: v.name(o.arg) for o in FORMAT_OPTIONS}  # as declared: Spark lower-cases keys
     return registry_formats.parse(
         FAMILY,
-        formats={c: values[f"{c}Format"] for c in ("key", "value")},
-        subjects={c: values[f"{c}Subject"] for c in ("key", "value")},
-        versions={c: (None if not r.has(f"{c}SchemaVersion") else values[f"{c}SchemaVersion"])
-                  for c in ("key", "value")},
-        registry=values[SCHEMA_REGISTRY.spark] or {},
+        formats={c: v[f"{c}_format"] for c in ("key", "value")},
+        subjects={c: v[f"{c}_subject"] for c in ("key", "value")},
+        versions={c: v[f"{c}_schema_version"] for c in ("key", "value")},
+        registry=v[SCHEMA_REGISTRY.arg] or {},
         topics=topics,
         names=names,
-        on_error=values[ON_DECODE_ERROR.spark],
+        on_error=v[ON_DECODE_ERROR.arg],
     )

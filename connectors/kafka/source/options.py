@@ -1,47 +1,45 @@
-"""Options of the ``eo_kafka`` source (:class:`KafkaSourceOptions`, :class:`ClusterSpec`,
-:class:`StartSpec`): Spark's Kafka source options, same names and semantics
-(docs/kafka-source.md), parsed once into frozen, picklable specs that travel to executors.
-The sink's are in :mod:`connectors.kafka.sink.options`.
+"""Options of the ``eo_kafka`` source (:class:`KafkaSourceOptions`): Spark's Kafka source
+options, same names and semantics (docs/kafka-source.md), read through their one declaration
+(:mod:`connectors.kafka.source.declaration`) into a frozen, picklable spec that travels to
+executors (with :class:`ClusterSpec` and :class:`StartSpec`, :mod:`connectors.kafka.source.specs`).
+
+A query's options are parsed once (:meth:`KafkaSourceOptions.parse`, when Spark asks for the
+schema); the kind of read then takes its defaults without parsing again
+(:meth:`KafkaSourceOptions.for_read`). The sink's are in :mod:`connectors.kafka.sink.options`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.core.declared import read_option
+from connectors.core.declared import Values, spark_values
 from connectors.core.errors import KafkaSourceError, OptionError
-from connectors.core.options import OptionReader, RedactedDict
-from connectors.core.storage import StorageOptions, check_state_path, parse_storage_options
-from connectors.kafka.common import (
-    CONNECT_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_RETRY_TIMEOUT,
-    FAMILY,
-    METADATA_RETRY_TIMEOUT,
-)
+from connectors.core.options import OptionReader, RedactedDict, option_error, required_error
+from connectors.core.storage import StorageOptions, check_state_path
+from connectors.kafka.common import DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_TIMEOUT, FAMILY
 from connectors.kafka.config import check_client_config, spelled
 from connectors.kafka.registry import formats as registry_formats
 from connectors.kafka.source import declaration as opt
-from connectors.kafka.source.format_options import SCHEMA_REGISTRY, parse_formats
+from connectors.kafka.source import kinds
+from connectors.kafka.source.format_options import parse_formats
 from connectors.kafka.source.offsets import (
     DEFAULT_TARGET_RECORDS,
     TP,
     Offsets,
     decode_offsets,
     encode_offsets,
-    parse_assign,
-    parse_partition_offsets,
 )
+from connectors.kafka.source.specs import ClusterSpec, StartSpec
+
+__all__ = ["DEFAULT_GROUP_PREFIX", "ClusterSpec", "KafkaSourceOptions", "StartSpec"]
 
 DEFAULT_GROUP_PREFIX = opt.DEFAULT_GROUP_PREFIX
 
-
-# -- the source ------------------------------------------------------------------------------
 # librdkafka settings the source owns. Users set the Spark-level option instead.
 _REFUSED_KAFKA = {
     "enable.auto.commit": "the source commits offsets itself after each window "
@@ -49,97 +47,30 @@ _REFUSED_KAFKA = {
     "auto.offset.reset": "use startingOffsets (earliest | latest | group | JSON) instead",
     "enable.auto.offset.store": "the source reads by position and stores no offsets",
 }
-
-# Reader defaults that users may override through kafka.*.
-_READER_DEFAULTS = {
-    "isolation.level": "read_committed",
-    # 32 MiB of prefetch per partition keeps a Python worker's memory bounded whatever the
-    # backlog (librdkafka's default is 64 MiB).
-    "queued.max.messages.kbytes": "32768",
-    # Throughput with the same bound (docs/kafka-source.md, "Performance"): a range reader
-    # has one partition, so one fetch may bring 10 MiB of it (librdkafka's default is
-    # 1 MiB); and a full prefetch queue postpones the next fetch by 10 ms, not
-    # librdkafka's 1 s, which a Python reader drains the queue well within.
-    "max.partition.fetch.bytes": str(10 * 1024 * 1024),
-    "fetch.queue.backoff.ms": "10",
-    # A fetch of ranges at their end parks at the broker this long, and the next task's
-    # first fetch waits behind it (librdkafka: 500 ms, per task; docs: "Many partitions").
-    "fetch.wait.max.ms": "10",
-}
-
-
-@dataclass(frozen=True)
-class StartSpec:
-    """Where a query starts (or, for ``endingOffsets``, where a batch read ends).
-
-    ``kind`` is ``earliest``, ``latest``, ``group``, ``offsets`` (per-partition JSON, with
-    -2/-1), ``timestamps`` (per-partition millis) or ``timestamp`` (one millis for all).
-    """
-
-    kind: str
-    offsets: tuple[tuple[str, int, int], ...] = ()
-    timestamp: int | None = None
-
-    def offset_map(self) -> dict[tuple[str, int], int]:
-        return {(t, p): o for t, p, o in self.offsets}
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """One Kafka cluster of the source and what to read from it."""
-
-    name: str
-    bootstrap: str
-    subscribe: tuple[str, ...] = ()
-    subscribe_pattern: str | None = None
-    assign: tuple[tuple[str, int], ...] = ()
-    starting: StartSpec = StartSpec("latest")
-    # librdkafka settings from kafka.* (bootstrap.servers included); repr hides secrets.
-    kafka: RedactedDict = field(default_factory=RedactedDict, compare=False)
-
-    def describe_subscription(self) -> str:
-        if self.subscribe:
-            return f"subscribe={','.join(self.subscribe)}"
-        if self.subscribe_pattern is not None:
-            return f"subscribePattern={self.subscribe_pattern}"
-        return "assign=" + json.dumps(_assign_json(self.assign), sort_keys=True)
-
-    def matches(self, topic: str) -> bool:
-        if self.subscribe:
-            return topic in self.subscribe
-        if self.subscribe_pattern is not None:
-            return re.fullmatch(self.subscribe_pattern, topic) is not None
-        return any(t == topic for t, _ in self.assign)
-
-    def reader_conf(self, group_id: str) -> dict[str, str]:
-        """librdkafka configuration of the executors' range readers."""
-        conf: dict[str, str] = dict(_READER_DEFAULTS)
-        conf.update(self.kafka)
-        conf.update(
-            {
-                # Required by librdkafka; the readers only assign(), never join or commit.
-                "group.id": conf.get("group.id", group_id),
-                "enable.auto.commit": "false",
-                "enable.auto.offset.store": "false",
-                "enable.partition.eof": "true",
-                # An offset outside the log is reported, never silently reset: that is how
-                # data loss is detected (failOnDataLoss).
-                "auto.offset.reset": "error",
-            }
-        )
-        return conf
+#: The values that go into a derived field rather than a field of their own name.
+_DERIVED_FROM = (
+    opt.BOOTSTRAP.arg, opt.SUBSCRIBE.arg, opt.SUBSCRIBE_PATTERN.arg, opt.ASSIGN.arg,
+    opt.STARTING_OFFSETS.arg, opt.STARTING_BY_TIMESTAMP.arg, opt.STARTING_TIMESTAMP.arg,
+    opt.KAFKA.arg, opt.GROUP_ID_PREFIX.arg, opt.CLUSTERS.arg, opt.IGNORE_UNKNOWN_OPTIONS.arg,
+    *(o.arg for o in opt.FORMAT_OPTIONS),
+)
+_SUBSCRIPTION = (opt.SUBSCRIBE, opt.SUBSCRIBE_PATTERN, opt.ASSIGN)
+_STARTS = (opt.STARTING_OFFSETS, opt.STARTING_BY_TIMESTAMP, opt.STARTING_TIMESTAMP)
 
 
 @dataclass(frozen=True)
 class KafkaSourceOptions:
     """The parsed, validated options of an ``eo_kafka`` read (picklable, no connections).
 
-    Build it with :meth:`from_options` from Spark's string options. Option names and
-    semantics are Spark's built-in Kafka source's; docs/kafka-source.md lists them.
+    Build it with :meth:`from_options` from Spark's string options; or, to parse once and
+    choose the kind of read later (Spark's reader does), with :meth:`parse` and then
+    :meth:`for_read`. Option names and semantics are Spark's built-in Kafka source's;
+    docs/kafka-source.md lists them.
     """
 
     clusters: tuple[ClusterSpec, ...]
     multi_cluster: bool = False
+    #: ``endingOffsets``: as given until :meth:`for_read` makes it a batch read's end
     ending: StartSpec | None = None
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
@@ -170,113 +101,81 @@ class KafkaSourceOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, batch: bool = False) -> KafkaSourceOptions:
         """Parse Spark's options. ``batch=True`` for ``spark.read`` (allows endingOffsets)."""
-        r = OptionReader(options, family=FAMILY)
-        default_start = "earliest" if batch else "latest"
-        top_kafka = r.prefixed("kafka.")
-        _refuse_kafka_settings(r, top_kafka)
-        clusters_json = r.json(opt.CLUSTERS.spark, expect=list)
-        fail_on_data_loss = read_option(r, opt.FAIL_ON_DATA_LOSS)[1]
+        return cls.parse(options).for_read(batch)
 
-        if clusters_json is None:
-            sub = r.exclusive("subscribe", "subscribePattern", "assign", required=True)
-            bootstrap = r.required(opt.BOOTSTRAP.spark, opt.BOOTSTRAP.hint)
-            spec = _cluster_spec(
-                r, name="", bootstrap=bootstrap, which=sub, source=None,
-                kafka=top_kafka, default_start=default_start,
-            )
-            clusters: tuple[ClusterSpec, ...] = (spec,)
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> KafkaSourceOptions:
+        """Every option read through its declaration and checked (an unknown one refused,
+        naming the closest declared one; the readers' librdkafka configuration checked by
+        librdkafka), into the spec of either kind of read: :meth:`for_read` picks one."""
+        values = spark_values(opt.READ_OPTIONS, options, FAMILY)
+        # How the user spelled the options (kafka.* settings in librdkafka's verdicts); the
+        # values are all read above.
+        return cls._build(values, OptionReader(options, family=FAMILY))
+
+    def for_read(self, batch: bool) -> KafkaSourceOptions:
+        """The spec of a streaming read (``batch=False``) or a batch read (``spark.read``),
+        without parsing again: a cluster whose start was not given starts at the read's
+        default (streaming ``latest``, batch ``earliest``, as in Spark), and only a batch
+        read has an end (``endingOffsets``, default ``latest``)."""
+        if not batch:
+            if self.ending is not None:
+                raise option_error(
+                    FAMILY, opt.ENDING_OFFSETS.spark, "is only valid for batch reads (spark.read)",
+                    "remove it from the streaming query, or use Trigger.AvailableNow")
+            return self
+        clusters = tuple(dataclasses.replace(c, starting=StartSpec("earliest"))
+                         if c.default_start else c for c in self.clusters)
+        return dataclasses.replace(self, clusters=clusters,
+                                   ending=self.ending or StartSpec("latest"))
+
+    @classmethod
+    def _build(cls, v: Values, spelling: OptionReader) -> KafkaSourceOptions:
+        """What ties options together, from their values: the clusters and their
+        subscriptions and starts, the bounds, the WAL, the group, the formats."""
+        top_kafka = v[opt.KAFKA.arg] or RedactedDict()
+        _refuse_kafka_settings(top_kafka)
+        entries = v[opt.CLUSTERS.arg]
+        if entries is None:
+            clusters: tuple[ClusterSpec, ...] = (_single_cluster(v, top_kafka),)
             multi = False
         else:
-            for name in ("subscribe", "subscribePattern", "assign"):
-                if r.has(name):
-                    raise r.error(
-                        name,
-                        "cannot be combined with 'clusters'",
-                        "put subscribe/subscribePattern/assign inside each clusters entry",
-                    )
-            clusters = _parse_clusters(r, clusters_json, top_kafka, default_start)
+            for o in _SUBSCRIPTION:
+                if spelling.present(o.spark):
+                    raise v.error(o.arg, "cannot be combined with 'clusters'",
+                                  "put subscribe/subscribePattern/assign inside each clusters "
+                                  "entry")
+            clusters = _parse_clusters(v, entries, top_kafka)
             multi = True
 
-        ending: StartSpec | None = None
-        ending_text = r.string(opt.ENDING_OFFSETS.spark)
-        if ending_text is not None:
-            if not batch:
-                raise r.error(
-                    "endingOffsets",
-                    "is only valid for batch reads (spark.read)",
-                    "remove it from the streaming query, or use Trigger.AvailableNow",
-                )
-            if ending_text.lower() == "latest":
-                ending = StartSpec("latest")
-            elif ending_text.lower() == "earliest":
-                raise r.error("endingOffsets", "cannot be 'earliest'", "use 'latest' or JSON")
-            else:
-                parsed = parse_partition_offsets(ending_text, "endingOffsets", allow_earliest=False)
-                ending = StartSpec("offsets", _triples(parsed))
-        elif batch:
-            ending = StartSpec("latest")
-
-        max_offsets = read_option(r, opt.MAX_OFFSETS)[1]
-        min_offsets = read_option(r, opt.MIN_OFFSETS)[1]
-        max_delay = read_option(r, opt.MAX_TRIGGER_DELAY)[1]
+        max_offsets = v[opt.MAX_OFFSETS.arg]
+        min_offsets = v[opt.MIN_OFFSETS.arg]
         if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
-            raise r.error(
-                "minOffsetsPerTrigger",
-                f"({min_offsets}) is larger than maxOffsetsPerTrigger ({max_offsets})",
-                "make minOffsetsPerTrigger <= maxOffsetsPerTrigger",
-            )
-        max_bytes = read_option(r, opt.MAX_BYTES)[1]
-        min_partitions = read_option(r, opt.MIN_PARTITIONS)[1]
-        max_per_partition = read_option(r, opt.MAX_RECORDS_PER_PARTITION)[1]
-        target_records = read_option(r, opt.TARGET_RECORDS)[1]
-        include_headers = read_option(r, opt.INCLUDE_HEADERS)[1]
-        wal_path = read_option(r, opt.WAL_PATH)[1]
-        storage = parse_storage_options(r)
+            raise v.error(opt.MIN_OFFSETS.arg,
+                          f"({min_offsets}) is larger than maxOffsetsPerTrigger ({max_offsets})",
+                          "make minOffsetsPerTrigger <= maxOffsetsPerTrigger")
+        wal_path, storage = v[opt.WAL_PATH.arg], v[opt.STORAGE_OPTIONS.arg]
         if wal_path is not None:
-            check_state_path(wal_path, storage, FAMILY, "walPath")
+            check_state_path(wal_path, storage, FAMILY, v.name(opt.WAL_PATH.arg))
         elif storage:
-            raise r.error(f"storage.{storage.values[0][0]}", "is set but walPath is not",
-                          "storage.* options configure the store of walPath; set walPath or "
-                          "remove them")
-        group_id = _group_id(r, top_kafka, clusters, wal_path)
-        poll_ms = read_option(r, opt.POLL_TIMEOUT)[1]
-        strategy = read_option(r, opt.TIMESTAMP_STRATEGY)[1]
-        arrow_batch = read_option(r, opt.ARROW_BATCH)[1]
-        window = read_option(r, opt.WINDOW)[1]
-        if window is not None and wal_path is None:
-            raise r.error("eo.window", "needs walPath", "set walPath to the windows' WAL")
-        retry_timeout = read_option(r, METADATA_RETRY_TIMEOUT)[1]
-        connect_timeout = read_option(r, CONNECT_TIMEOUT)[1]
-        formats = parse_formats(r, clusters)
-        r.refuse_unknown(prefixes=("kafka.", SCHEMA_REGISTRY.spark))
+            raise option_error(FAMILY, f"storage.{storage.values[0][0]}",
+                               "is set but walPath is not", "storage.* options configure the "
+                               "store of walPath; set walPath or remove them")
+        group_id = _group_id(v, top_kafka, clusters)
+        if v[opt.WINDOW.arg] is not None and wal_path is None:
+            raise v.error(opt.WINDOW.arg, "needs walPath", "set walPath to the windows' WAL")
+        formats = parse_formats(v, _named_topics(clusters))
         for c in clusters:  # the readers' whole configuration: fails here, not in a task
-            check_client_config(FAMILY, c.reader_conf(group_id), "consumer",
-                                option=spelled(r, c.name if multi else None))
-        return cls(
-            clusters=clusters,
-            multi_cluster=multi,
-            ending=ending,
-            max_offsets_per_trigger=max_offsets,
-            min_offsets_per_trigger=min_offsets,
-            max_trigger_delay=float(max_delay if max_delay is not None else 900.0),
-            max_bytes_per_trigger=max_bytes,
-            min_partitions=min_partitions,
-            max_records_per_partition=max_per_partition,
-            target_records_per_partition=(DEFAULT_TARGET_RECORDS if target_records is None
-                                          else target_records),
-            fail_on_data_loss=fail_on_data_loss,
-            include_headers=include_headers,
-            group_id=group_id,
-            wal_path=wal_path,
-            storage=storage,
-            poll_timeout=(poll_ms or 120_000) / 1000.0,
-            metadata_retry_timeout=retry_timeout,
-            connect_timeout=connect_timeout,
-            timestamp_strategy=strategy or "error",
-            arrow_batch_records=arrow_batch or 20000,
-            window=window,
-            formats=formats,
-        )
+            option = spelled(spelling, c.name if multi else None)
+            if not c.kafka.get("group.id", "-").strip():
+                # confluent-kafka aborts the process (an assertion) on a blank group.id
+                raise option_error(FAMILY, option("group.id"), "is empty",
+                                   "give the consumer group's id, or remove it (the group is "
+                                   "then <groupIdPrefix>-<hash>)")
+            check_client_config(FAMILY, c.reader_conf(group_id), "consumer", option=option)
+        return v.build(cls, used=_DERIVED_FROM, clusters=clusters, multi_cluster=multi,
+                       group_id=group_id, poll_timeout=v[opt.POLL_TIMEOUT.arg] / 1000.0,
+                       formats=formats)
 
     def cluster(self, name: str) -> ClusterSpec:
         for c in self.clusters:
@@ -296,110 +195,54 @@ class KafkaSourceOptions:
         return decode_offsets(obj, self.multi_cluster)
 
 
-def _refuse_kafka_settings(r: OptionReader, kafka: Mapping[str, str]) -> None:
+def _refuse_kafka_settings(kafka: Mapping[str, str]) -> None:
     for key, why in _REFUSED_KAFKA.items():
         if key in kafka:
-            raise r.error(f"kafka.{key}", "is not supported by the eo_kafka source", why)
+            raise option_error(FAMILY, f"kafka.{key}", "is not supported by the eo_kafka source",
+                               why)
 
 
-def _triples(parsed: Mapping[tuple[str, int], int]) -> tuple[tuple[str, int, int], ...]:
-    return tuple(sorted((t, p, o) for (t, p), o in parsed.items()))
-
-
-def _assign_json(assign: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for t, p in assign:
-        out.setdefault(t, []).append(p)
-    return out
-
-
-def _parse_start(r: OptionReader, text: str | None, option: str, default: str) -> StartSpec:
-    if text is None:
-        return StartSpec(default)
-    lowered = text.strip().lower()
-    if lowered in ("earliest", "latest", "group"):
-        return StartSpec(lowered)
-    if not text.strip().startswith("{"):
-        raise r.error(
-            option,
-            f"has invalid value {text!r}",
-            "use 'earliest', 'latest', 'group' or per-partition JSON "
-            '{"topic": {"0": 23, "1": -2}} (-2 = earliest, -1 = latest)',
-        )
-    return StartSpec("offsets", _triples(parse_partition_offsets(text, option)))
+def _single_cluster(v: Values, kafka: Mapping[str, str]) -> ClusterSpec:
+    """The one cluster of the top-level options: exactly one subscription, the brokers, at
+    most one kind of start."""
+    present = [o.spark for o in _SUBSCRIPTION if v[o.arg] is not None]
+    names = [o.spark for o in _SUBSCRIPTION]
+    if len(present) > 1:
+        raise OptionError(f"{FAMILY}: options {present} cannot be used together; set only one "
+                          f"of {names}", option=present[0])
+    if not present:
+        raise OptionError(f"{FAMILY}: one of the options {names} is required, none was set",
+                          option=names[0])
+    bootstrap = v[opt.BOOTSTRAP.arg]
+    if bootstrap is None:
+        raise required_error(FAMILY, v.name(opt.BOOTSTRAP.arg), opt.BOOTSTRAP.hint)
+    starts = [o.spark for o in _STARTS if v[o.arg] is not None]
+    if len(starts) > 1:
+        raise OptionError(
+            f"{FAMILY}: options {starts} cannot be used together; set only one of "
+            f"{', '.join(o.spark for o in _STARTS)}", option=starts[0])
+    return _cluster_spec(
+        v, name="", bootstrap=bootstrap, subscribe=v[opt.SUBSCRIBE.arg] or (),
+        pattern=v[opt.SUBSCRIBE_PATTERN.arg], assign=v[opt.ASSIGN.arg] or (), start=None,
+        kafka=kafka)
 
 
 def _cluster_spec(
-    r: OptionReader,
+    v: Values,
     *,
     name: str,
     bootstrap: str,
-    which: str | None,
-    source: Mapping[str, Any] | None,
+    subscribe: tuple[str, ...],
+    pattern: str | None,
+    assign: tuple[tuple[str, int], ...],
+    start: StartSpec | None,
     kafka: Mapping[str, str],
-    default_start: str,
 ) -> ClusterSpec:
-    """One cluster, from the top-level options (``source=None``) or a ``clusters`` entry."""
-
-    def get(opt: str) -> str | None:
-        if source is None:
-            return r.string(opt)
-        for k, v in source.items():
-            if k.lower() == opt.lower():
-                return v if isinstance(v, str) else json.dumps(v)
-        return None
-
-    where = "" if source is None else f" (clusters entry {name!r})"
-    subscribe: tuple[str, ...] = ()
-    pattern: str | None = None
-    assign: tuple[tuple[str, int], ...] = ()
-    if which == "subscribe":
-        subscribe = tuple(t.strip() for t in (get("subscribe") or "").split(",") if t.strip())
-        if not subscribe:
-            raise r.error("subscribe" + where, "names no topic", "give 'topicA,topicB'")
-    elif which == "subscribePattern":
-        pattern = get("subscribePattern") or ""
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise r.error(
-                "subscribePattern" + where, f"is not a valid regular expression ({e})",
-                "give a Java/Python regex such as 'events-.*'",
-            ) from None
-    else:
-        assign = parse_assign(get("assign") or "", "assign" + where)
-
-    starting_text = get("startingOffsets") if source is not None else None
-    if starting_text is None:
-        starting_text = r.string("startingOffsets")
-    by_ts_text = r.string("startingOffsetsByTimestamp")
-    ts_text = r.string("startingTimestamp")
-    given = [n for n, v in (("startingOffsets", starting_text),
-                            ("startingOffsetsByTimestamp", by_ts_text),
-                            ("startingTimestamp", ts_text)) if v is not None]
-    if len(given) > 1 and source is None:
-        raise OptionError(
-            f"{FAMILY}: options {given} cannot be used together; set only one of "
-            "startingOffsets, startingOffsetsByTimestamp, startingTimestamp",
-            option=given[0],
-        )
-    if ts_text is not None and (source is None or starting_text is None):
-        try:
-            ts = int(ts_text)
-        except ValueError:
-            raise r.error(
-                "startingTimestamp", f"must be epoch milliseconds, got {ts_text!r}",
-                "give an integer such as 1700000000000",
-            ) from None
-        if ts < 0:
-            raise r.error("startingTimestamp", "is negative", "give epoch milliseconds >= 0")
-        starting = StartSpec("timestamp", timestamp=ts)
-    elif by_ts_text is not None and (source is None or starting_text is None):
-        parsed = parse_partition_offsets(by_ts_text, "startingOffsetsByTimestamp", timestamps=True)
-        starting = StartSpec("timestamps", _triples(parsed))
-    else:
-        starting = _parse_start(r, starting_text, "startingOffsets" + where, default_start)
-
+    """One cluster. Its start: its ``clusters`` entry's ``startingOffsets``, else the
+    top-level one, else ``startingTimestamp``, else ``startingOffsetsByTimestamp``, else
+    the read's default (:meth:`KafkaSourceOptions.for_read`)."""
+    for o in (opt.STARTING_OFFSETS, opt.STARTING_TIMESTAMP, opt.STARTING_BY_TIMESTAMP):
+        start = start or v[o.arg]
     conf = RedactedDict(kafka)
     conf["bootstrap.servers"] = bootstrap
     return ClusterSpec(
@@ -408,71 +251,94 @@ def _cluster_spec(
         subscribe=subscribe,
         subscribe_pattern=pattern,
         assign=assign,
-        starting=starting,
+        starting=start or StartSpec("latest"),
         kafka=conf,
+        default_start=start is None,
     )
 
 
 def _parse_clusters(
-    r: OptionReader, entries: list[Any], top_kafka: Mapping[str, str], default_start: str
+    v: Values, entries: list[Any], top_kafka: Mapping[str, str]
 ) -> tuple[ClusterSpec, ...]:
     valid = (
         'give a JSON list such as [{"name": "east", "bootstrap": "h1:9092", '
         '"subscribe": "events"}, {"bootstrap": "h2:9092", "assign": {"t": [0]}}]'
     )
     if not entries:
-        raise r.error("clusters", "is an empty list", valid)
+        raise v.error(opt.CLUSTERS.arg, "is an empty list", valid)
     out: list[ClusterSpec] = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            raise r.error("clusters", f"entry {i} is not an object", valid)
-        lowered = {str(k).lower(): v for k, v in entry.items()}
+            raise v.error(opt.CLUSTERS.arg, f"entry {i} is not an object", valid)
+        lowered = {str(k).lower(): value for k, value in entry.items()}
         bootstrap = lowered.get("bootstrap") or lowered.get("kafka.bootstrap.servers")
         if not isinstance(bootstrap, str) or not bootstrap.strip():
-            raise r.error("clusters", f"entry {i} has no 'bootstrap'", valid)
+            raise v.error(opt.CLUSTERS.arg, f"entry {i} has no 'bootstrap'", valid)
         name = str(lowered.get("name") or bootstrap)
         if name in seen:
-            raise r.error("clusters", f"names cluster {name!r} twice", "give unique names")
+            raise v.error(opt.CLUSTERS.arg, f"names cluster {name!r} twice", "give unique names")
         seen.add(name)
-        present = [k for k in ("subscribe", "subscribepattern", "assign") if k in lowered]
+        present = [o for o in _SUBSCRIPTION if o.spark.lower() in lowered]
         if len(present) != 1:
-            raise r.error(
-                "clusters",
+            raise v.error(
+                opt.CLUSTERS.arg,
                 f"entry {name!r} must have exactly one of subscribe, subscribePattern, assign "
-                f"(has {present or 'none'})",
+                f"(has {[o.spark.lower() for o in present] or 'none'})",
                 valid,
             )
-        which = {"subscribe": "subscribe", "subscribepattern": "subscribePattern",
-                 "assign": "assign"}[present[0]]
         kafka = RedactedDict(top_kafka)
         kafka.pop("bootstrap.servers", None)
-        for k, v in lowered.items():
+        for k, value in lowered.items():
             if k.startswith("kafka.") and k != "kafka.bootstrap.servers":
-                kafka[k[len("kafka."):]] = str(v)
-        _refuse_kafka_settings(r, kafka)
-        out.append(
-            _cluster_spec(
-                r, name=name, bootstrap=bootstrap.strip(), which=which, source=entry,
-                kafka=kafka, default_start=default_start,
-            )
-        )
+                kafka[k[len("kafka."):]] = str(value)
+        _refuse_kafka_settings(kafka)
+        where = f" (clusters entry {name!r})"
+        which = present[0]
+        text = _entry_text(lowered, which.spark) or ""
+        start_text = _entry_text(lowered, opt.STARTING_OFFSETS.spark)
+        out.append(_cluster_spec(
+            v, name=name, bootstrap=bootstrap.strip(),
+            subscribe=kinds.TOPICS.parse(text, which.spark + where, FAMILY)
+            if which is opt.SUBSCRIBE else (),
+            pattern=kinds.PATTERN.parse(text, which.spark + where, FAMILY)
+            if which is opt.SUBSCRIBE_PATTERN else None,
+            assign=kinds.PARTITIONS.parse(text, which.spark + where, FAMILY)
+            if which is opt.ASSIGN else (),
+            start=None if start_text is None
+            else kinds.START.parse(start_text, opt.STARTING_OFFSETS.spark + where, FAMILY),
+            kafka=kafka,
+        ))
     return tuple(out)
 
 
-def _group_id(
-    r: OptionReader,
-    kafka: Mapping[str, str],
-    clusters: tuple[ClusterSpec, ...],
-    wal_path: str | None,
-) -> str:
+def _entry_text(lowered: Mapping[str, Any], option: str) -> str | None:
+    """A field of a ``clusters`` entry as Spark's option text (a JSON value as JSON)."""
+    value = lowered.get(option.lower())
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _named_topics(clusters: tuple[ClusterSpec, ...]) -> tuple[str, ...]:
+    """The topics read, when every cluster names its topics (no pattern); else ()."""
+    if any(c.subscribe_pattern is not None for c in clusters):
+        return ()
+    if len(clusters) == 1:
+        c = clusters[0]
+        return c.subscribe or tuple(sorted({t for t, _ in c.assign}))
+    return tuple(sorted({t for c in clusters for t in c.subscribe}
+                        | {t for c in clusters for t, _ in c.assign}))
+
+
+def _group_id(v: Values, kafka: Mapping[str, str], clusters: tuple[ClusterSpec, ...]) -> str:
     """``kafka.group.id`` as given; else ``<groupIdPrefix>-<stable identity>``.
 
     The identity is a hash of ``walPath`` when set (one WAL = one pipeline), else of the
     clusters and subscriptions. It never changes between runs, so lag tools keep one group.
     """
     explicit = kafka.get("group.id")
-    prefix = r.string(opt.GROUP_ID_PREFIX.spark)
+    prefix = v[opt.GROUP_ID_PREFIX.arg]
     if explicit is not None and prefix is not None:
         raise OptionError(
             f"{FAMILY}: options ['kafka.group.id', 'groupIdPrefix'] cannot be used together; "
@@ -481,10 +347,10 @@ def _group_id(
         )
     if explicit is not None:
         return explicit
+    wal_path = v[opt.WAL_PATH.arg]
     if wal_path is not None:
         identity = "wal:" + wal_path
     else:
         identity = ";".join(f"{c.bootstrap}|{c.describe_subscription()}" for c in clusters)
     digest = hashlib.sha1(identity.encode(), usedforsecurity=False).hexdigest()[:12]
     return f"{prefix or DEFAULT_GROUP_PREFIX}-{digest}"
-
