@@ -30,13 +30,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import posixpath
-import textwrap
-from dataclasses import dataclass
 from typing import Any
 
 from connectors.core.errors import ConnectorError
+from connectors.doctor.checks import FAIL, OK, SKIP, WARN, Check
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 #: The roles of ``connectors.kafka.access.ROLES`` (a unit test holds them equal), spelled
 #: out so that building the CLI's parser imports no Kafka module.
 ROLE_NAMES = ("source", "source-group", "windows", "sink", "transactional-sink", "transactions",
@@ -44,25 +42,7 @@ ROLE_NAMES = ("source", "source-group", "windows", "sink", "transactional-sink",
 #: The transactional Kafka sink's default ``factsTopic`` (a unit test holds it equal).
 FACTS_TOPIC = "eo-sink-facts"
 
-
-@dataclass
-class Check:
-    """One line of the report: ``status`` ok, warn (works, slower or limited), FAIL
-    (cannot work as asked) or skip (cannot be checked read-only); ``todo``: what to do."""
-
-    area: str
-    name: str
-    status: str
-    found: str
-    todo: str = ""
-
-    def line(self, width: int = 100) -> str:
-        text = textwrap.fill(f"{self.status:<4}  {self.name}: {self.found}", width,
-                             initial_indent="  ", subsequent_indent=" " * 8)
-        if self.todo:
-            text += "\n" + textwrap.fill(f"-> {self.todo}", width, initial_indent=" " * 8,
-                                         subsequent_indent=" " * 11)
-        return text
+__all__ = ["FAIL", "OK", "SKIP", "WARN", "Check", "add_arguments", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from connectors.core.errors import ConnectorError
-from connectors.doctor import FAIL, OK, SKIP, WARN, Check
+from connectors.doctor.checks import FAIL, OK, SKIP, WARN, Check
 
 #: API keys of Kafka requests the version markers use (besides the wire path's own).
 FETCH, API_VERSIONS_KEY, DESCRIBE_CLUSTER = 1, 18, 60

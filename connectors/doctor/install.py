@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from connectors.doctor import FAIL, OK, WARN, Check
+from connectors.doctor.checks import FAIL, OK, WARN, Check
 
 DIST = "pyspark-exactly-once"
 #: Reinstalling builds the optional extensions where a C compiler and Python's headers are.

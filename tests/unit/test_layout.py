@@ -153,14 +153,7 @@ def test_jdbc_engines_never_import_the_protocol(path: str) -> None:
 #: Circles that were there when the check came (issue 45), left to their owners: each entry is
 #: the set of modules of one circle. A circle that grows, shrinks or goes away fails the test
 #: too, so that its entry leaves with it.
-ALLOWED_CIRCLES = (
-    # kafka/sink: wire.py's WireProducer <-> wire_send.py's Sender (issue 45, item 2: the
-    # wire client as a package of its own, which the lead is building).
-    frozenset({"connectors.kafka.sink.wire", "connectors.kafka.sink.wire_send"}),
-    # doctor/__init__.py imports cluster.py and install.py inside run_checks(), and both take
-    # Check, OK, FAIL, ... from doctor/__init__.py: a circle through a function-level import.
-    frozenset({"connectors.doctor", "connectors.doctor.cluster", "connectors.doctor.install"}),
-)
+ALLOWED_CIRCLES: tuple[frozenset[str], ...] = ()
 
 
 def module_name(path: str, package_dir: str = PACKAGE) -> str:
