@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -77,10 +78,21 @@ class App:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def excerpt(self) -> str:
+        """What a failure report needs of the log: every line with a sign of an abort or a
+        termination, then the log from the first such line (else its end)."""
+        text = self.output()
+        signs = [line for line in text.splitlines()
+                 if any(s in line for s in (*ABORTS, *TERMINATIONS, "Lost task"))]
+        first = min((i for i in (text.find(s) for s in (*ABORTS, *TERMINATIONS)) if i >= 0),
+                    default=max(0, len(text) - 6000))
+        return ("\n".join(signs[:40]) + f"\n--- {self.log_path} from the first sign ---\n"
+                + text[max(0, first - 3000):first + 5000])
+
     def alive(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, (
             f"{self.name} ended ({None if self.proc is None else self.proc.returncode}):\n"
-            f"{self.output()[-6000:]}")
+            f"{self.excerpt()}")
 
 
 def _distinct(bootstrap: str, topic: str) -> int:
@@ -136,6 +148,7 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
     ours = App("ours", [sys.executable, APP, "--bootstrap", cluster.bootstrap,
                         "--source-topic", src, "--work", str(tmp_path / "work"),
                         "--stop", str(stop), "--jdbc-url", postgres_url,
+                        "--run-id", uuid.uuid4().hex[:10],
                         "--sink", f"rk:kafka:{rk}:false:true",
                         "--sink", f"txn:kafka:{txn}:true:true",
                         "--sink", f"jdbc:jdbc:{table}", "--sink", f"files:files:{files}"],
@@ -183,8 +196,7 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
         ours.alive()
         for sign in (*TERMINATIONS, *ABORTS):
             assert sign not in ours.output(), (
-                f"{sign!r} in the application's log (schedule: {events}):\n"
-                f"{ours.output()[-6000:]}")
+                f"{sign!r} in the application's log (schedule: {events}):\n{ours.excerpt()}")
 
     def kill_node(why: str) -> None:
         topic = rng.choice([src, rk, txn])

@@ -37,7 +37,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--work", required=True)
     p.add_argument("--stop", required=True)
     p.add_argument("--per-batch", type=int, default=3000)
+    p.add_argument("--run-id", default=None,
+                   help="names the sinks (the JDBC sink's commit row is per sink_id in a "
+                        "table every run shares); default: the --work directory's name")
     args = p.parse_args(argv)
+    args.run_id = args.run_id or os.path.basename(args.work)
 
     spark = pipeline_spark("kafka-cluster-faults", "local[2,4]", "WARN")
     queries = {}
@@ -46,7 +50,7 @@ def main(argv: list[str]) -> int:
         work = os.path.join(args.work, name)
         stream = kafka_stream(spark, args.bootstrap, args.source_topic, args.per_batch,
                               walPath=os.path.join(work, "source-wal"))
-        sink_id = f"{name}-{os.path.basename(args.work)}"
+        sink_id = f"{name}-{args.run_id}"
         if kind == "kafka":
             transactional, wire = flags
             writer = (stream.selectExpr("key", "value").repartition(2, "key")
