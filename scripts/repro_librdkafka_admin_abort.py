@@ -62,13 +62,14 @@ def worker(kind: str, bootstrap: str, topic: str, group: str, until: float) -> N
             except Exception:  # noqa: BLE001, S110 - only an abort matters here
                 pass
             n += 1
+            time.sleep(0.1)  # leave the brokers room to restart
         del admin
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=5.0)
-    p.add_argument("--workers", type=int, default=2, help="processes per request kind")
+    p.add_argument("--workers", type=int, default=1, help="processes per request kind")
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from confluent_kafka import Consumer, TopicPartition
@@ -100,30 +101,36 @@ def main(argv: list[str]) -> int:
             for i in range(args.workers):
                 start(kind, i)
         kills = 0
-        while time.time() < until:
-            time.sleep(rng.uniform(2, 6))
-            victim = rng.choice([cluster.group_coordinator(group), cluster.leader(topic, 0),
-                                 rng.choice([n.node_id for n in cluster.nodes])])
-            cluster.kill(victim, wait=False)
-            kills += 1
-            time.sleep(rng.uniform(3, 8))
-            cluster.restart(victim)
+
+        def reap(final: bool = False) -> None:
             for proc, (kind, err) in list(procs.items()):
+                if final:
+                    proc.join(60)
                 if not proc.is_alive() and proc.exitcode not in (0, None):
                     aborts[kind] += 1
                     text = open(err, errors="replace").read()
-                    lines.update(x for x in text.splitlines() if "Assertion" in x or "assert" in x)
+                    lines.update(x for x in text.splitlines() if "ssert" in x)
                     del procs[proc]
-                    if time.time() < until:
+                    if not final and time.time() < until:
                         start(kind, 99)
-        for proc, (kind, err) in procs.items():
-            proc.join(60)
-            if proc.exitcode not in (0, None):
-                aborts[kind] += 1
-                text = open(err, errors="replace").read()
-                lines.update(x for x in text.splitlines() if "Assertion" in x)
-    print("RESULT " + json.dumps({"minutes": args.minutes, "node_kills": kills,
-                                  "aborted_processes": dict(aborts), "assertions": sorted(lines)}))
+
+        try:
+            while time.time() < until:
+                time.sleep(rng.uniform(2, 6))
+                victim = rng.choice([cluster.group_coordinator(group), cluster.leader(topic, 0),
+                                     rng.choice([n.node_id for n in cluster.nodes])])
+                cluster.kill(victim, wait=False)
+                kills += 1
+                time.sleep(rng.uniform(3, 8))
+                reap()
+                cluster.restart(victim, timeout=300)
+                cluster.wait_in_sync(timeout=300)
+                reap()
+        finally:
+            reap(final=True)
+            print("RESULT " + json.dumps({"minutes": args.minutes, "node_kills": kills,
+                                          "aborted_processes": dict(aborts),
+                                          "assertions": sorted(lines)}), flush=True)
     return 0
 
 
