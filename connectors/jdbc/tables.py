@@ -16,6 +16,7 @@ table objects (reflection is slow) and layouts are cached per process.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
@@ -275,11 +276,18 @@ class Tables:
                 del _TABLES[key]
 
 
+# MariaDB reflects integer columns with a display width (BIGINT(20), INT(11)) that the DDL
+# SQLAlchemy compiles does not spell (BIGINT, INTEGER); the width changes nothing stored.
+_INT_WIDTH = re.compile(r"^(TINYINT|SMALLINT|MEDIUMINT|INT|INTEGER|BIGINT)\(\d+\)")
+
+
 def _type_text(t: Any, conn: sa.Connection) -> str:
     try:
-        return str(t.compile(dialect=conn.dialect)).upper()
+        text = str(t.compile(dialect=conn.dialect)).upper()
     except Exception:  # noqa: BLE001 - NullType and exotic types have no DDL form
         return type(t).__name__.upper()
+    text = _INT_WIDTH.sub(r"\1", text)
+    return "INT" + text[len("INTEGER"):] if text.startswith("INTEGER") else text
 
 
 def _same_columns(expected: list[tuple[str, str]], actual: list[tuple[str, str]]) -> bool:

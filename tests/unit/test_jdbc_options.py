@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -267,3 +268,22 @@ def test_create_table_types() -> None:
     assert isinstance(ts, sa.DateTime) and ts.timezone
     with pytest.raises(JdbcSinkError, match="cannot create a column"):
         d.arrow_to_sql_type(pa.list_(pa.int8()), "sqlite")
+
+
+def test_mariadb_integer_display_widths_do_not_count_as_a_changed_staging_table() -> None:
+    """MariaDB reflects the staging table's tags as BIGINT(20)/INT(11); read as a change of
+    columns, every new process's preparation (a DataSource commit runs in one) dropped the
+    staging table and the tasks' staged rows with it."""
+    from types import SimpleNamespace
+
+    from sqlalchemy.dialects.mysql import BIGINT, INTEGER
+
+    from connectors.jdbc.tables import _same_columns, _type_text
+
+    conn: Any = SimpleNamespace(dialect=mysql.dialect())
+    wanted = [("eo_batch", _type_text(sa.BigInteger(), conn)),
+              ("eo_writer", _type_text(sa.Integer(), conn))]
+    reflected = [("eo_batch", _type_text(BIGINT(display_width=20), conn)),
+                 ("eo_writer", _type_text(INTEGER(display_width=11), conn))]
+    assert _same_columns(wanted, reflected)
+    assert not _same_columns(wanted, [("eo_batch", "BIGINT"), ("eo_writer", "VARCHAR(10)")])
