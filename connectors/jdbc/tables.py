@@ -174,9 +174,11 @@ class Tables:
         blocks = (o.write_mode.as_is and o.stage_blocks and store is not None
                   and target_types is not None and pgbinary.kinds_for(
                       schema, [s.name for s in specs], target_types) is not None)
-        if store is not None and blocks \
-                and not insp.has_table(o.blocks_table, schema=o.staging_schema):
-            store.create_blocks(conn, self.blocks())
+        if store is not None and blocks:
+            if insp.has_table(o.blocks_table, schema=o.staging_schema):
+                store.ensure_durability(conn, self.blocks())
+            else:
+                store.create_blocks(conn, self.blocks())
         return Layout(tuple(specs), stage_types, target_types, blocks)
 
     def _column_types(self, conn: sa.Connection, target: sa.Table | None,
@@ -266,6 +268,7 @@ class Tables:
             expected = [(c.name, _type_text(c.type, conn)) for c in wanted.columns]
             actual = [(c["name"], _type_text(c["type"], conn)) for c in have]
             if _same_columns(expected, actual):
+                d.ensure_durability(conn, wanted)
                 return
             log.info("eo_jdbc sink %s: recreating staging table %s (columns changed)",
                      o.sink_id, o.staging_table)
