@@ -8,8 +8,8 @@ Three writers, in one run, on the same PostgreSQL (``POSTGRES_DSN`` or the test 
 fresh table:
 
 - ours: ``df.write.format("eo_jdbc")`` (append, batch id 0): 2 Spark tasks COPY into the
-  UNLOGGED staging table, then the driver's one commit transaction (``FOR UPDATE`` check,
-  ``INSERT ... SELECT``, commit row, cleanup);
+  staging table (WAL-logged: ``durableStaging`` defaults to true), then the driver's one
+  commit transaction (``FOR UPDATE`` check, ``INSERT ... SELECT``, commit row, cleanup);
 - ``spark_jdbc``: ``df.write.jdbc`` with the PostgreSQL JDBC driver (``org.postgresql``
   from Maven Central, the ``postgresql-jdbc`` profile of connectors/demo/services/pom.xml,
   passed with ``spark.jars``), default options;

@@ -31,9 +31,11 @@ def retry_until(
     on_retry: Callable[[Exception, int, float], None] | None = None,
     first_backoff: float = 0.05,
     max_backoff: float = 2.0,
+    max_retries: int | None = None,
 ) -> T:
-    """``call()``, asked again while it raises an error ``transient`` accepts and ``timeout``
-    seconds have not passed, sleeping ``first_backoff`` doubling up to ``max_backoff`` (never
+    """``call()``, asked again while it raises an error ``transient`` accepts, ``timeout``
+    seconds have not passed and (with ``max_retries``) it was asked again fewer than
+    ``max_retries`` times, sleeping ``first_backoff`` doubling up to ``max_backoff`` (never
     past the deadline). The error raised at the end is ``give_up(error, attempts,
     was_transient)``, chained to the last error; ``on_retry(error, attempt, sleep)`` is
     called before each sleep (for a log line)."""
@@ -49,7 +51,8 @@ def retry_until(
         except Exception as e:
             is_transient = transient(e)
             left = deadline - time.monotonic()
-            if not is_transient or left <= 0:
+            spent = max_retries is not None and attempt > max_retries
+            if not is_transient or left <= 0 or spent:
                 raise give_up(e, attempt, is_transient) from e
             pause = min(backoff, left)
             if on_retry is not None:

@@ -10,13 +10,14 @@ dialect, whose engine and connection pool are per process.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import sqlalchemy as sa
 
 from connectors.core import failpoints
-from connectors.core.errors import ConnectorError, JdbcSinkError
+from connectors.core.errors import JdbcSinkError
 from connectors.core.retry import retry_until
 from connectors.core.sink import TaskInfo
 from connectors.jdbc.columns import Layout
@@ -40,7 +41,7 @@ class Database:
     def __init__(self, options: JdbcSinkOptions) -> None:
         self.options = options
         self.dialect: Dialect = dialect_for(sa.engine.make_url(options.url),
-                                            options.retry_timeout)
+                                            options.retry_timeout, options.durable_staging)
         self.tables = Tables(options, self.dialect)
 
     @property
@@ -59,25 +60,31 @@ class Database:
 
     # -- retries and errors -----------------------------------------------------------------
     def retrying(self, what: str, fn: Callable[[], T], layout: Layout | None = None) -> T:
-        """Run ``fn``; retry transient database errors with backoff until ``retryTimeout``
-        (:func:`connectors.core.retry.retry_until`)."""
+        """Run ``fn``; run it again on transient database errors (``Dialect.is_transient``)
+        with backoff (``retryBackoff`` doubling up to ``retryBackoffMax``), within the budget
+        (``retryTimeout`` from the first failure, ``maxRetries``):
+        :func:`connectors.core.retry.retry_until`. ``fn`` must be a safe point to start
+        again from: a whole transaction, which a lost connection rolls back."""
+        o = self.options
+        started = time.monotonic()
 
         def give_up(e: Exception, attempts: int, transient: bool) -> Exception:
-            return self.error(what, e, layout, gave_up=transient, attempts=attempts)
+            return self.error(what, e, layout, gave_up=transient, attempts=attempts,
+                              seconds=time.monotonic() - started)
 
         def on_retry(e: Exception, attempt: int, pause: float) -> None:
             log.warning("eo_jdbc sink %s: %s failed (attempt %d, transient: %s); retrying "
-                        "in %.1fs", self.options.sink_id, what, attempt,
-                        self.dialect.describe(e), pause)
+                        "in %.1fs", o.sink_id, what, attempt, self.dialect.describe(e), pause)
 
-        return retry_until(fn, timeout=self.options.retry_timeout,
-                           transient=self.dialect.is_transient, give_up=give_up,
-                           on_retry=on_retry, first_backoff=0.1, max_backoff=5.0)
+        return retry_until(fn, timeout=o.retry_timeout, transient=self.dialect.is_transient,
+                           give_up=give_up, on_retry=on_retry, first_backoff=o.retry_backoff,
+                           max_backoff=o.retry_backoff_max, max_retries=o.max_retries)
 
     def error(self, what: str, e: Exception, layout: Layout | None = None,
-              gave_up: bool = False, attempts: int = 1) -> JdbcSinkError:
-        """The sink's error for a failed database call: the table (and column), the
-        redacted URL and the database's own message."""
+              gave_up: bool = False, attempts: int = 1, seconds: float = 0.0) -> JdbcSinkError:
+        """The sink's error for a failed database call: the step, the table (and column), the
+        database (redacted URL: host, port, database, never the password), the database's
+        own message and, for a transient error that outlived the retry budget, what to do."""
         o = self.options
         column = self.dialect.column_of(e)
         where = f"table {o.qualified_table!r}"
@@ -85,11 +92,23 @@ class Database:
             spec = layout.spec(column) if layout is not None else None
             typ = f" ({spec.sql_type}, DataFrame type {spec.arrow_type})" if spec else ""
             where += f", column {column!r}{typ}"
-        retry = (f" (transient; gave up after {attempts} attempts within retryTimeout="
-                 f"{o.retry_timeout:g}s)" if gave_up else "")
+        advice = ""
+        if gave_up:
+            spent = (f"maxRetries={o.max_retries} reached" if attempts > o.max_retries
+                     else f"retryTimeout={o.retry_timeout:g}s passed")
+            advice = (
+                f" (transient; gave up after {attempts} attempts in {seconds:.1f}s: {spent}; "
+                f"the retry budget is retryTimeout={o.retry_timeout:g}s and maxRetries="
+                f"{o.max_retries}). The database did not recover within the budget: check "
+                "that it is running and reachable from the Spark driver and executors, then "
+                "restart the query from its checkpoint. The restarted query is exact: the "
+                "commit row says whether this batch committed, so it is neither written "
+                "twice nor skipped. To ride through longer outages, raise retryTimeout and "
+                "maxRetries"
+            )
         return JdbcSinkError(
             f"eo_jdbc sink {o.sink_id!r}: {what} failed on {where} at {o.redacted_url}: "
-            f"{self.dialect.describe(e)}{retry}"
+            f"{self.dialect.describe(e)}{advice}"
         )
 
     # -- transactions -----------------------------------------------------------------------
@@ -105,21 +124,21 @@ class Database:
     def task_transaction(self, task: TaskInfo, write: Callable[[sa.Connection], T],
                          layout: Layout) -> T:
         """Step 1 of the protocol (``connectors.jdbc.sink``): a task's own staging
-        transaction around ``write`` (a staging strategy's), not retried: Spark retries the
-        task, with a new attempt token."""
-        conn = self.retrying("connecting to stage rows", self.connect, layout)
-        try:
-            with conn.begin():
+        transaction around ``write`` (a staging strategy's), run again whole on a transient
+        error within the retry budget. ``write`` must read the task's rows from the start on
+        every call (``ReplayableBatches``) and stage them under a new attempt token: a
+        transaction whose COMMIT answer was lost may have committed, and its rows, under
+        their own token, are then an orphan the commit never reads and step 2e deletes."""
+        def attempt() -> T:
+            with self.connect() as conn, conn.begin():
+                failpoints.hit("jdbc.before_stage", task.batch_id)
                 message = write(conn)
                 failpoints.hit("jdbc.before_stage_commit", task.batch_id)
             # 1. The task's rows are staged: leaving the block committed its transaction.
-        except ConnectorError:
-            raise
-        except Exception as e:
-            raise self.error(f"staging batch {task.batch_id} (writer {task.writer_id})", e,
-                             layout) from e
-        finally:
-            conn.close()
+            return message
+
+        message = self.retrying(f"staging batch {task.batch_id} (writer {task.writer_id}, "
+                                "step 1)", attempt, layout)
         failpoints.hit("jdbc.after_stage", task.batch_id)
         log.debug("eo_jdbc sink %s: staged %d rows of batch %d writer %d", self.options.sink_id,
                   getattr(message, "rows", 0), task.batch_id, task.writer_id)
@@ -135,10 +154,11 @@ class Database:
                              t.prepare_metadata)
             t.metadata_prepared()
 
-    def last_committed(self) -> int | None:
-        """The sink's last committed batch from its commit row, retried."""
+    def last_committed(self, why: str = "") -> int | None:
+        """The sink's last committed batch from its commit row, retried; ``why`` names the
+        step that asks, in errors."""
         def work() -> int | None:
             with self.connect() as conn:
                 return self.commits.last_committed(conn, self.options.sink_id)
 
-        return self.retrying("reading the last committed batch", work)
+        return self.retrying(f"reading the last committed batch{why}", work)

@@ -15,8 +15,9 @@ modes in ``connectors.jdbc.modes`` are written once against this small interface
   SQLite) or ``ON DUPLICATE KEY UPDATE`` (MySQL) for upsert and accumulate.
 - ``clear_stage``: remove staged rows of committed/aborted batches.
 - ``block_store``: PostgreSQL's binary COPY blocks for append (None elsewhere).
-- ``is_transient``: which errors are worth retrying (lost connection, serialization failure,
-  deadlock, a locked SQLite file).
+- ``is_transient``: which errors are worth running the transaction again for
+  (``connectors.jdbc.transient``: a lost connection, a restarting server, a serialization
+  failure, a deadlock, a lock timeout, a locked SQLite file).
 
 Identifiers are quoted by SQLAlchemy or ``psycopg.sql``; no SQL text is built from option
 strings.
@@ -34,7 +35,7 @@ import sqlalchemy as sa
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.core.options import redact_url
-from connectors.jdbc import pgbinary, pgcopy
+from connectors.jdbc import pgbinary, pgcopy, transient
 from connectors.jdbc.columns import (  # noqa: F401 - column_spec & co. are part of this API
     TAG_COLUMNS,
     ColumnSpec,
@@ -44,6 +45,9 @@ from connectors.jdbc.columns import (  # noqa: F401 - column_spec & co. are part
     column_spec,
 )
 
+#: Seconds one attempt to connect may take (PostgreSQL; unless the URL sets
+#: ``connect_timeout``): a retry must not hang on a host that does not answer.
+CONNECT_TIMEOUT = 10
 #: Size of one staged block: a task holds at most this much encoded data in memory.
 BLOCK_BYTES = 8 << 20
 #: Up to this many rows in a batch's blocks, the commit DELETEs them instead of TRUNCATE.
@@ -96,19 +100,14 @@ def normalize_url(raw: str) -> sa.URL:
     return url
 
 
-_PG_FATAL = re.compile(r"authentication failed|role \"[^\"]*\" does not exist|"
-                       r"database \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
 _ENGINES: dict[str, sa.Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def dialect_for(url: sa.URL, busy_timeout: float) -> Dialect:
+def dialect_for(url: sa.URL, busy_timeout: float, durable_staging: bool = True) -> Dialect:
     backend = url.get_backend_name()
-    if backend == "postgresql":
-        return PostgresDialect(url, busy_timeout)
-    if backend == "sqlite":
-        return SqliteDialect(url, busy_timeout)
-    return MysqlDialect(url, busy_timeout)
+    kind = {"postgresql": PostgresDialect, "sqlite": SqliteDialect}.get(backend, MysqlDialect)
+    return kind(url, busy_timeout, durable_staging)
 
 
 class Dialect:
@@ -120,9 +119,12 @@ class Dialect:
     #: column types (SQLite dates, MySQL datetimes), not just their names.
     binds_types = True
 
-    def __init__(self, url: sa.URL, busy_timeout: float) -> None:
+    def __init__(self, url: sa.URL, busy_timeout: float, durable_staging: bool = True) -> None:
         self.url = url
         self.busy_timeout = busy_timeout
+        #: ``durableStaging``: staged rows survive a server crash (PostgreSQL: LOGGED tables;
+        #: the other databases' tables always do)
+        self.durable_staging = durable_staging
 
     # -- engine ---------------------------------------------------------------------------
     def engine(self) -> sa.Engine:
@@ -183,6 +185,10 @@ class Dialect:
     def create_stage(self, conn: sa.Connection, stage: sa.Table, target: sa.Table | None) -> None:
         stage.create(conn)
 
+    def ensure_durability(self, conn: sa.Connection, table: sa.Table) -> None:
+        """Make an existing staging table as durable as ``durableStaging`` says (a no-op
+        where every table is durable)."""
+
     def prepare_arrow(self, batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> pa.RecordBatch:
         """Per-dialect value conversions before writing (vectorized)."""
         arrays, names = [], []
@@ -237,9 +243,8 @@ class Dialect:
 
     # -- errors ---------------------------------------------------------------------------
     def is_transient(self, exc: BaseException) -> bool:
-        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-            return True
-        return False
+        """Worth running the whole transaction again (``connectors.jdbc.transient``)."""
+        return transient.invalidated(exc)
 
     def describe(self, exc: BaseException) -> str:
         """The database's own message, without SQLAlchemy's SQL/parameter dump."""
@@ -259,6 +264,14 @@ class PostgresDialect(Dialect):
     #: COPY takes column names; no bind processing, no reflected types needed.
     binds_types = False
 
+    def _create_engine(self) -> sa.Engine:
+        # libpq waits for a connection forever by default: a host that drops packets (a
+        # failover under way, a partition) would hold one retry past the whole budget.
+        # pymysql's connect_timeout is 10 s already.
+        args = {} if "connect_timeout" in self.url.query else {"connect_timeout":
+                                                                CONNECT_TIMEOUT}
+        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=args)
+
     def insert(self, table: sa.Table) -> Any:
         from sqlalchemy.dialects.postgresql import insert
 
@@ -267,15 +280,21 @@ class PostgresDialect(Dialect):
     def stage_table(self, name: str, schema: str | None,
                     columns: Sequence[tuple[str, sa.types.TypeEngine[Any]]]) -> sa.Table:
         table = super().stage_table(name, schema, columns)
-        # Staged rows are re-staged by a replay after a crash, so they need no WAL.
-        table._prefixes = ["UNLOGGED"]
+        if not self.durable_staging:
+            # No WAL for staged rows; crash recovery empties the table (docs/jdbc-sink.md).
+            table._prefixes = ["UNLOGGED"]
         return table
 
     def create_stage(self, conn: sa.Connection, stage: sa.Table, target: sa.Table | None) -> None:
         if target is None:
             stage.create(conn)
         else:
-            pgcopy.create_stage_like(conn, stage, target)
+            pgcopy.create_stage_like(conn, stage, target, logged=self.durable_staging)
+
+    def ensure_durability(self, conn: sa.Connection, table: sa.Table) -> None:
+        """``ALTER TABLE ... SET [UN]LOGGED`` when ``durableStaging`` changed since the
+        staging table was made (it rewrites the table: staged rows are few between batches)."""
+        pgcopy.set_logged(conn, table, self.durable_staging)
 
     def prepare_arrow(self, batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> pa.RecordBatch:
         arrays, names = [], []
@@ -318,7 +337,7 @@ class PostgresDialect(Dialect):
         return self
 
     def create_blocks(self, conn: sa.Connection, blocks: sa.Table) -> None:
-        pgcopy.create_blocks(conn, blocks)
+        pgcopy.create_blocks(conn, blocks, logged=self.durable_staging)
 
     def write_blocks(self, conn: sa.Connection, blocks: sa.Table, specs: Sequence[ColumnSpec],
                      batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int], table: str,
@@ -348,30 +367,9 @@ class PostgresDialect(Dialect):
 
     # -- errors ---------------------------------------------------------------------------
     def is_transient(self, exc: BaseException) -> bool:
-        if super().is_transient(exc):
-            return True
-        import psycopg
-
-        orig = getattr(exc, "orig", None) or exc
-        if not isinstance(orig, psycopg.Error):
-            return False
-        state = orig.sqlstate or ""
-        if state == "08P01":  # protocol violation (e.g. a malformed COPY stream): a bug
-            return False
-        # Authentication and a missing role or database do not heal by waiting: fail now
-        # instead of retrying until retryTimeout. A refused connection may carry no
-        # SQLSTATE, so the server's message decides.
-        if state.startswith("28") or state == "3D000" or _PG_FATAL.search(str(orig)):
-            return False
-        if state.startswith("08") or state in ("40001", "40P01", "57P01", "57P02", "57P03",
-                                               "53300"):
-            return True
-        # Client-side connection loss has no SQLSTATE.
-        return isinstance(orig, psycopg.OperationalError) and not state
+        return transient.postgres(exc)
 
     def column_of(self, exc: BaseException) -> str | None:
-        import re
-
         orig = getattr(exc, "orig", None) or exc
         diag = getattr(orig, "diag", None)
         if diag is None:
@@ -421,17 +419,13 @@ class SqliteDialect(Dialect):
         return insert(table)
 
     def is_transient(self, exc: BaseException) -> bool:
-        if super().is_transient(exc):
-            return True
-        text = str(getattr(exc, "orig", None) or exc).lower()
-        return "database is locked" in text or "database is busy" in text
+        return transient.sqlite(exc)
 
 
 class MysqlDialect(Dialect):
     """MySQL/MariaDB through SQLAlchemy and pymysql: ``ON DUPLICATE KEY UPDATE``."""
 
     name = "mysql"
-    _TRANSIENT_CODES = {1205, 1213, 2003, 2006, 2013}
 
     def insert(self, table: sa.Table) -> Any:
         from sqlalchemy.dialects.mysql import insert
@@ -447,9 +441,5 @@ class MysqlDialect(Dialect):
         return ins.on_duplicate_key_update(updates or {keys[0]: target.c[keys[0]]})
 
     def is_transient(self, exc: BaseException) -> bool:
-        if super().is_transient(exc):
-            return True
-        orig = getattr(exc, "orig", None) or exc
-        args: Any = getattr(orig, "args", ())
-        return bool(args) and args[0] in self._TRANSIENT_CODES
+        return transient.mysql(exc)
 

@@ -104,10 +104,22 @@ JDBC_SINK_OPTIONS: tuple[Opt, ...] = (
         "the primary key."),
     Opt("batchSize", "batch_size", INTEGER, 10_000, minimum=1,
         help="Rows per `executemany` chunk (SQLite, MySQL, mode `sql`) and per COPY block."),
-    Opt("retryTimeout", "retry_timeout", DURATION, 30.0, minimum=0,
+    Opt("retryTimeout", "retry_timeout", DURATION, 60.0, minimum=0,
         deprecated=("retryDeadline",), deprecated_args=("retry_deadline",),
-        help="How long transient errors are retried with backoff: lost connection, "
-        "serialization failure, deadlock, a locked SQLite file. Other errors fail at once."),
+        help="The time budget of one step's retries: a task's staging transaction or the "
+        "driver's commit transaction that fails on a transient error (a lost connection, the "
+        "server restarting, a serialization failure, a deadlock, a lock timeout, a locked "
+        "SQLite file) is run again, whole, until this long after its first failure. The "
+        "default rides through a database restart or a failover of up to about a minute. "
+        "Other errors fail at once."),
+    Opt("maxRetries", "max_retries", INTEGER, 30, minimum=0,
+        help="The count budget: one step is run again at most this many times (whichever "
+        "budget runs out first ends the retries). `0` never retries."),
+    Opt("retryBackoff", "retry_backoff", DURATION, 0.1, above=0,
+        help="The pause before the first retry; each next pause doubles, up to "
+        "`retryBackoffMax`."),
+    Opt("retryBackoffMax", "retry_backoff_max", DURATION, 5.0, above=0,
+        help="The longest pause between two retries."),
     Opt("isolationLevel", "isolation_level", STRING, shown_default="database default",
         help="The commit transaction's level: `READ_UNCOMMITTED`, `READ_COMMITTED`, "
         "`REPEATABLE_READ`, `SERIALIZABLE`. `NONE` is refused, because it would mean no "
@@ -123,6 +135,14 @@ JDBC_SINK_OPTIONS: tuple[Opt, ...] = (
         help="PostgreSQL append: tasks stage binary COPY blocks and the commit COPYs them into "
         "the table (see Performance). `false` stages rows and commits with `INSERT ... "
         "SELECT` on the server, for a slow link between the Spark driver and the database."),
+    Opt("durableStaging", "durable_staging", BOOLEAN, True,
+        help="PostgreSQL: the staging tables are ordinary (WAL-logged) tables, so staged rows "
+        "survive a server crash between the tasks' staging and the driver's commit and the "
+        "retry commits them. `false` makes them UNLOGGED: no WAL for staged rows (see "
+        "Performance), but a crash, an immediate shutdown or a failover in that window "
+        "empties them and the batch fails (the restarted query is exact). A change converts "
+        "the existing staging tables when the query starts. Other databases' tables are "
+        "always durable."),
 )
 
 
@@ -141,7 +161,10 @@ class JdbcSinkOptions(Declared):
     table_schema: str | None
     create_table: bool = False
     batch_size: int = 10_000
-    retry_timeout: float = 30.0
+    retry_timeout: float = 60.0
+    max_retries: int = 30
+    retry_backoff: float = 0.1
+    retry_backoff_max: float = 5.0
     isolation_level: str | None = None
     metadata_table: str = DEFAULT_NAME
     metadata_schema: str | None = None
@@ -149,6 +172,7 @@ class JdbcSinkOptions(Declared):
     staging_schema: str | None = None
     small_batch_rows: int = 10_000
     stage_blocks: bool = True
+    durable_staging: bool = True
 
     # The option values as given, read from the write mode (which owns them).
     @property
@@ -214,6 +238,11 @@ class JdbcSinkOptions(Declared):
         else:
             stage_schema = schema if table else meta_schema
             stage_name = staging_name(v["sink_id"])
+        if v["retry_backoff_max"] < v["retry_backoff"]:
+            raise v.error("retry_backoff_max",
+                          f"({v['retry_backoff_max']:g}s) is below option "
+                          f"'{v.name('retry_backoff')}' ({v['retry_backoff']:g}s)",
+                          "a longest pause at least as long as the first one")
         return v.build(
             cls, used=("mode", "keys", "accumulate", "statement"),
             url=url.render_as_string(hide_password=False),

@@ -65,18 +65,26 @@ def column_types(conn: sa.Connection, table: sa.Table, names: Sequence[str],
     return tuple(by_name[n] for n in names)
 
 
-def create_stage_like(conn: sa.Connection, stage: sa.Table, target: sa.Table) -> None:
-    """``CREATE UNLOGGED TABLE stage AS SELECT <tags>, <columns> FROM target WITH NO DATA``:
-    the target's exact column types (domains, enums, varchar(n), numeric(p,s)) without ever
-    spelling a type name ourselves."""
+def _persistence(logged: bool) -> Any:
+    from psycopg import sql
+
+    return sql.SQL("" if logged else "UNLOGGED ")
+
+
+def create_stage_like(conn: sa.Connection, stage: sa.Table, target: sa.Table,
+                      logged: bool) -> None:
+    """``CREATE [UNLOGGED] TABLE stage AS SELECT <tags>, <columns> FROM target WITH NO
+    DATA``: the target's exact column types (domains, enums, varchar(n), numeric(p,s))
+    without ever spelling a type name ourselves."""
     from psycopg import sql
 
     data = [c.name for c in stage.columns if c.name not in TAG_COLUMNS]
     raw(conn).execute(sql.SQL(
-        "CREATE UNLOGGED TABLE {stage} AS SELECT CAST(NULL AS bigint) AS eo_batch, "
+        "CREATE {unlogged}TABLE {stage} AS SELECT CAST(NULL AS bigint) AS eo_batch, "
         "CAST(NULL AS integer) AS eo_writer, CAST(NULL AS bigint) AS eo_attempt, "
         "{cols} FROM {target} WITH NO DATA"
     ).format(
+        unlogged=_persistence(logged),
         stage=ident(stage),
         cols=sql.SQL(", ").join(sql.Identifier(c) for c in data),
         target=ident(target),
@@ -172,16 +180,16 @@ def binary_batches(batches: Iterable[pa.RecordBatch], specs: Sequence[ColumnSpec
 
 
 # -- blocks -----------------------------------------------------------------------------------
-def create_blocks(conn: sa.Connection, blocks: sa.Table) -> None:
+def create_blocks(conn: sa.Connection, blocks: sa.Table, logged: bool) -> None:
     """The block table: one row per block of an attempt's binary COPY stream. EXTERNAL
     storage keeps PostgreSQL from compressing the blocks (they are read once)."""
     from psycopg import sql
 
     pg, name = raw(conn), ident(blocks)
     pg.execute(sql.SQL(
-        "CREATE UNLOGGED TABLE IF NOT EXISTS {} (eo_batch bigint NOT NULL, eo_writer integer "
+        "CREATE {}TABLE IF NOT EXISTS {} (eo_batch bigint NOT NULL, eo_writer integer "
         "NOT NULL, eo_attempt bigint NOT NULL, eo_seq integer NOT NULL, eo_rows bigint NOT "
-        "NULL, eo_data bytea NOT NULL)").format(name))
+        "NULL, eo_data bytea NOT NULL)").format(_persistence(logged), name))
     pg.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN eo_data SET STORAGE EXTERNAL").format(name))
 
 
@@ -255,6 +263,18 @@ def copy_blocks(conn: sa.Connection, reader: sa.Connection, target: sa.Table,
                         copy.write(data)
             copy.write(pgbinary.TRAILER)
         return int(cur.rowcount)
+
+
+def set_logged(conn: sa.Connection, table: sa.Table, logged: bool) -> None:
+    """``ALTER TABLE ... SET LOGGED`` / ``SET UNLOGGED`` unless it is so already."""
+    from psycopg import sql
+
+    pg, name = raw(conn), ident(table)
+    row = pg.execute("SELECT relpersistence FROM pg_class WHERE oid = to_regclass(%s)",
+                     (name.as_string(pg),)).fetchone()
+    if row is not None and (row[0] == "p") != logged:
+        pg.execute(sql.SQL("ALTER TABLE {} SET {}").format(
+            name, sql.SQL("LOGGED" if logged else "UNLOGGED")))
 
 
 def delete_up_to(conn: sa.Connection, table: sa.Table, up_to_batch: int) -> None:

@@ -27,6 +27,7 @@ import pyarrow as pa
 from connectors.core import failpoints
 from connectors.core.declared import checked_arguments, given
 from connectors.core.errors import ConnectorError
+from connectors.core.replay import ReplayableBatches
 from connectors.core.sink import BatchSink, TaskInfo, check_batch_order
 from connectors.jdbc.columns import Layout
 from connectors.jdbc.database import Database
@@ -54,7 +55,7 @@ class JdbcSink(BatchSink):
       stable on replay (Spark's ``batchId``, or a ``KafkaWindows`` window id) and increase,
       and nothing else writes the sink's commit row or staging table.
     - **Parallelism**: one staging transaction per Spark task (writer partition) into the
-      staging table ``eo_stage_<sink_id>`` (UNLOGGED, filled with COPY on PostgreSQL); then
+      staging table ``eo_stage_<sink_id>`` (filled with COPY on PostgreSQL); then
       one commit transaction per batch on the driver. In ``foreachBatch`` a small batch
       (``smallBatchRows``) skips the staging transactions: its rows go to the driver and are
       written in the commit transaction alone.
@@ -68,20 +69,27 @@ class JdbcSink(BatchSink):
        tagged ``(B, writer, attempt token)``, in the task's own transaction
        (``Database.task_transaction``), and reports their count: the staging table; binary
        COPY blocks for PostgreSQL append; in ``foreachBatch``, a small partition goes to
-       the driver instead, with no transaction. Failpoints ``jdbc.before_stage_commit``
-       (before the task's transaction commits) and ``jdbc.after_stage`` (after).
-    2. Commit (driver, ``commit``), ONE transaction:
+       the driver instead, with no transaction. Failpoints ``jdbc.before_stage`` (connected,
+       nothing written), ``jdbc.before_stage_commit`` (before the task's transaction
+       commits) and ``jdbc.after_stage`` (after). A transient error runs the transaction
+       again from the task's first row, under a new token, within the retry budget.
+    2. Commit (driver, ``commit``), ONE transaction, run again whole on a transient error
+       within the retry budget (the next attempt's 2a learns the outcome of a COMMIT whose
+       answer was lost):
 
        a. Lock: ``SELECT batch_id FROM eo_sink_commits WHERE sink_id = ... FOR UPDATE``
           (SQLite: ``BEGIN IMMEDIATE``). ``B`` equal to it is a replay: clear the staged
           rows of ``<= B`` and return; ``B`` below it raises ``BatchOrderError``.
+          Failpoint ``jdbc.after_lock``.
        b. Verify (``Staging.verify``): the staging tables hold exactly what each winning
           attempt reported (append checks the INSERT's row count in c instead).
+          Failpoint ``jdbc.after_verify``.
        c. Apply (``Staging.apply``) the winning attempts' rows to the target: set-based
           by the write mode (``connectors.jdbc.modes``: ``INSERT ... SELECT``, ``ON
           CONFLICT`` for upsert and accumulate, the statement per row for sql), one
-          ``COPY`` of the blocks, the driver's own rows directly.
-       d. Record: move the commit row to ``B``.
+          ``COPY`` of the blocks, the driver's own rows directly. Failpoint
+          ``jdbc.after_apply``.
+       d. Record: move the commit row to ``B``. Failpoint ``jdbc.after_record``.
        e. Clear (``Staging.clear``): delete staged rows of batches ``<= B`` (losing
           attempts, orphans of crashed runs). Failpoint ``jdbc.before_commit``.
        f. COMMIT. Failpoint ``jdbc.after_commit`` (after the database commit, before
@@ -105,17 +113,22 @@ class JdbcSink(BatchSink):
         statement: str | None = None,
         create_table: bool = False,
         batch_size: int = 10_000,
-        retry_timeout: float = 30.0,
+        retry_timeout: float = 60.0,
+        max_retries: int = 30,
+        retry_backoff: float = 0.1,
+        retry_backoff_max: float = 5.0,
         isolation_level: str | None = None,
         metadata_table: str = DEFAULT_NAME,
         staging_table: str | None = None,
         small_batch_rows: int = 10_000,
         stage_blocks: bool = True,
+        durable_staging: bool = True,
         retry_deadline: float | None = None,
     ) -> None:
         """The arguments are the DataSource's options in snake_case (``JDBC_SINK_OPTIONS``,
         the table in docs/jdbc-sink.md); ``keys`` and ``accumulate`` may be lists,
-        ``retry_timeout`` is in seconds. ``retry_deadline`` is the deprecated former name of
+        durations (``retry_timeout``, ``retry_backoff``, ``retry_backoff_max``) are in
+        seconds. ``retry_deadline`` is the deprecated former name of
         ``retry_timeout``."""
         self._init(JdbcSinkOptions.create(**given(locals())))
 
@@ -202,34 +215,43 @@ class JdbcSink(BatchSink):
 
     def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
         """1. Executor: stage this task's rows; return the stage message."""
-        # Durability of the staging transaction is not what exactly-once rests on. On
-        # PostgreSQL it writes only to an UNLOGGED table, so it writes no WAL but its commit
-        # record, and the server already skips the WAL flush for such a transaction: it is
-        # asynchronous whatever synchronous_commit says (measured: setting it off gains
-        # nothing). A server crash before the batch commits therefore loses staged rows
-        # (crash recovery also empties UNLOGGED tables); the commit then finds fewer rows
-        # than the tasks reported (step 2b, or append's INSERT row count in 2c), fails the
-        # batch without touching the target, and Spark replays it. A lost staging commit is
-        # a failed batch, never silent loss.
+        # Staged rows must survive until the commit reads them. On PostgreSQL the staging
+        # tables are ordinary tables by default (durableStaging): a server crash between
+        # this transaction and the driver's commit keeps them, and the commit, retried
+        # after the restart, applies them. With durableStaging=false they are UNLOGGED:
+        # no WAL but the commit record, and no WAL flush at all (such a transaction is
+        # asynchronous whatever synchronous_commit says), but crash recovery empties them;
+        # the commit then finds fewer rows than the tasks reported (step 2b, or append's
+        # INSERT row count in 2c), fails the batch without touching the target, and the
+        # restarted query writes it again. A lost staging commit is a failed batch, never
+        # silent loss.
         if self._inline_limit is None:
             # The executor's share of the batch-order rule (the foreachBatch path admitted
             # the batch on the driver already, and its inline tasks stay connection-free):
             # a lower batch id fails before it stages anything.
-            last = self.database.last_committed()
+            last = self.database.last_committed(
+                f" before staging batch {task.batch_id} (writer {task.writer_id}, step 1)")
             if last is not None and task.batch_id < last:
                 check_batch_order(FAMILY, self.options.sink_id, task.batch_id, last,
                                   self._where(), self._reset_command())
         # 1. Stage the rows where the strategy keeps them, in the task's own transaction
-        #    (Database.task_transaction: failpoints jdbc.before_stage_commit and
-        #    jdbc.after_stage); the foreachBatch path may keep them for the driver instead.
-        return self._staging().stage(task, batches)
+        #    (Database.task_transaction: failpoints jdbc.before_stage,
+        #    jdbc.before_stage_commit and jdbc.after_stage); the foreachBatch path may keep
+        #    them for the driver instead.
+        #    A transient fault runs the transaction again within the retry budget, from the
+        #    task's first row: ReplayableBatches keeps what Spark handed over.
+        with ReplayableBatches(batches) as rows:
+            return self._staging().stage(task, rows)
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """2. Driver: apply the batch in one transaction; a no-op for a committed batch."""
         staging = self._staging()
         msgs = [m for m in messages if m is not None]
         started = time.perf_counter()
-        rows = self._retrying(f"committing batch {batch_id}",
+        # A transient fault runs the whole transaction again, within the retry budget. When
+        # it struck during COMMIT, the outcome is unknown here; the next attempt's step 2a
+        # reads it from the commit row: batch_id there means it committed (a replay: no-op).
+        rows = self._retrying(f"committing batch {batch_id} (step 2)",
                               lambda: self._commit_once(staging, batch_id, msgs))
         if rows is None:
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
@@ -253,12 +275,16 @@ class JdbcSink(BatchSink):
                                      self._reset_command()):
                 staging.clear(conn, batch_id, msgs)
                 return None
+            failpoints.hit("jdbc.after_lock", batch_id)
             # 2b. Verify: the staged rows are exactly what the winning attempts reported.
             staging.verify(conn, batch_id, msgs)
+            failpoints.hit("jdbc.after_verify", batch_id)
             # 2c. Apply them to the target (the write mode's SQL, or COPY of the blocks).
             rows = staging.apply(conn, batch_id, msgs)
+            failpoints.hit("jdbc.after_apply", batch_id)
             # 2d. Record: move the commit row to this batch, in the same transaction.
             db.commits.record(conn, sink_id, batch_id, rows)
+            failpoints.hit("jdbc.after_record", batch_id)
             # 2e. Clear the staged rows of batches up to this one (losers, orphans).
             staging.clear(conn, batch_id, msgs)
             failpoints.hit("jdbc.before_commit", batch_id)

@@ -29,10 +29,9 @@ wraps another hands it the messages it does not own, so the commit calls each me
 from __future__ import annotations
 
 import io
-import itertools
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,16 +85,16 @@ def new_token() -> int:
 
 
 def check_staged(sink_id: str, batch_id: int, table: str, expected: dict[int, Any],
-                 counts: dict[int, Any]) -> None:
+                 counts: dict[int, Any], why: str) -> None:
     """The staging table must hold exactly what each winning attempt reported: a mismatch
     means staged rows were lost (or a second writer uses this sink_id), and committing
-    anyway would drop or double rows silently."""
+    anyway would drop or double rows silently. ``why``: ``Staging.lost_rows``."""
     bad = {t: (n, counts.get(t, 0)) for t, n in expected.items() if counts.get(t, 0) != n}
     if bad:
         raise JdbcSinkError(
             f"eo_jdbc sink {sink_id!r}: batch {batch_id}: staging table {table!r} does not "
-            f"hold the rows the tasks reported (attempt: (reported, found) = {bad}); is "
-            "another query using the same sink_id? Nothing was committed"
+            f"hold the rows the tasks reported (attempt: (reported, found) = {bad}); {why}. "
+            "Nothing was committed: the batch written again (restart the query) is exact"
         )
 
 
@@ -112,9 +111,21 @@ class Staging(ABC):
         self.tables = db.tables
         self.dialect = db.dialect
 
+    @property
+    def lost_rows(self) -> str:
+        """The causes, for an error about staged rows that are not there."""
+        if self.dialect.name == "postgresql" and not self.dialect.durable_staging:
+            return ("with durableStaging=false the staging tables are UNLOGGED, and a "
+                    "PostgreSQL crash, immediate shutdown or failover since the tasks staged "
+                    "empties them (durableStaging=true keeps them); or another query uses "
+                    "the same sink_id")
+        return "is another query using the same sink_id?"
+
     @abstractmethod
-    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
-        """Executor: stage this task's rows; return the stage message."""
+    def stage(self, task: TaskInfo, batches: Iterable[pa.RecordBatch]) -> Any:
+        """Executor: stage this task's rows; return the stage message. ``batches`` may be
+        read more than once, each time from the first (``ReplayableBatches``): a retried
+        staging transaction writes them again."""
 
     @abstractmethod
     def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
@@ -133,17 +144,16 @@ class RowStaging(Staging):
     """Tagged rows in the staging table, applied set-based by the write mode
     (``connectors.jdbc.modes``)."""
 
-    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> StagedRows:
-        token = new_token()
-
+    def stage(self, task: TaskInfo, batches: Iterable[pa.RecordBatch]) -> StagedRows:
         def write(conn: sa.Connection) -> StagedRows:
+            token = new_token()  # each attempt its own (see Database.task_transaction)
             rows = self.write(conn, task.batch_id, task.writer_id, token, batches)
             return StagedRows(task.writer_id, token, rows)
 
         return self.db.task_transaction(task, write, self.layout)
 
     def write(self, conn: sa.Connection, batch_id: int, writer_id: int, token: int,
-              batches: Iterator[pa.RecordBatch] | list[pa.RecordBatch]) -> int:
+              batches: Iterable[pa.RecordBatch]) -> int:
         o = self.options
         return self.dialect.write_rows(
             conn, self.tables.stage_for_rows(conn, self.layout), self.layout.columns, batches,
@@ -172,7 +182,7 @@ class RowStaging(Staging):
             .group_by(stage.c.eo_attempt)
         ).all()}
         check_staged(self.options.sink_id, batch_id, self.options.staging_table, expected,
-                     counts)
+                     counts, self.lost_rows)
 
     def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
         expected = self._expected(messages)
@@ -212,19 +222,19 @@ class BlockStaging(Staging):
         self.store = store
         self.target_types = target_types
 
-    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
-        first, rest = first_rows(batches)
-        token = new_token()
+    def stage(self, task: TaskInfo, batches: Iterable[pa.RecordBatch]) -> Any:
+        first, _ = first_rows(batches)  # a peek: every attempt below reads from the start
         if first is None:
-            return StagedRows(task.writer_id, token, 0)
+            return StagedRows(task.writer_id, new_token(), 0)
         # The schema the driver checked; a batch that differs stages rows instead.
         kinds = pgbinary.kinds_for(first.schema, self.layout.names, self.target_types)
         if kinds is None:
-            return self.rows.stage(task, rest)
+            return self.rows.stage(task, batches)
 
         def write(conn: sa.Connection) -> StagedBlocks:
+            token = new_token()  # each attempt its own (see Database.task_transaction)
             rows, blocks = self.store.write_blocks(
-                conn, self.tables.blocks(), self.layout.columns, rest,
+                conn, self.tables.blocks(), self.layout.columns, batches,
                 (task.batch_id, task.writer_id, token), self.options.qualified_table, kinds)
             return StagedBlocks(task.writer_id, token, rows, blocks)
 
@@ -241,7 +251,7 @@ class BlockStaging(Staging):
         if expected:
             counts = self.store.block_counts(conn, self.tables.blocks(), batch_id, list(expected))
             check_staged(self.options.sink_id, batch_id, self.options.blocks_table, expected,
-                         counts)
+                         counts, self.lost_rows)
         self.rows.verify(conn, batch_id, messages)
 
     def apply(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> int:
@@ -278,15 +288,14 @@ class InlineStaging(Staging):
         self.fallback = fallback
         self.limit = limit
 
-    def stage(self, task: TaskInfo, batches: Iterator[pa.RecordBatch]) -> Any:
+    def stage(self, task: TaskInfo, batches: Iterable[pa.RecordBatch]) -> Any:
         held: list[pa.RecordBatch] = []
         n = 0
-        it = iter(batches)
-        for b in it:
+        for b in batches:
             held.append(b)
             n += b.num_rows
             if n > self.limit:
-                return self.fallback.stage(task, itertools.chain(held, it))
+                return self.fallback.stage(task, batches)  # it reads them from the start
         return InlineRows(task.writer_id, n, _to_ipc(held))
 
     def verify(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:

@@ -17,6 +17,7 @@ table objects (reflection is slow) and layouts are cached per process.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
@@ -174,9 +175,11 @@ class Tables:
         blocks = (o.write_mode.as_is and o.stage_blocks and store is not None
                   and target_types is not None and pgbinary.kinds_for(
                       schema, [s.name for s in specs], target_types) is not None)
-        if store is not None and blocks \
-                and not insp.has_table(o.blocks_table, schema=o.staging_schema):
-            store.create_blocks(conn, self.blocks())
+        if store is not None and blocks:
+            if insp.has_table(o.blocks_table, schema=o.staging_schema):
+                store.ensure_durability(conn, self.blocks())
+            else:
+                store.create_blocks(conn, self.blocks())
         return Layout(tuple(specs), stage_types, target_types, blocks)
 
     def _column_types(self, conn: sa.Connection, target: sa.Table | None,
@@ -266,6 +269,7 @@ class Tables:
             expected = [(c.name, _type_text(c.type, conn)) for c in wanted.columns]
             actual = [(c["name"], _type_text(c["type"], conn)) for c in have]
             if _same_columns(expected, actual):
+                d.ensure_durability(conn, wanted)
                 return
             log.info("eo_jdbc sink %s: recreating staging table %s (columns changed)",
                      o.sink_id, o.staging_table)
@@ -276,11 +280,18 @@ class Tables:
                 del _TABLES[key]
 
 
+# MariaDB reflects integer columns with a display width (BIGINT(20), INT(11)) that the DDL
+# SQLAlchemy compiles does not spell (BIGINT, INTEGER); the width changes nothing stored.
+_INT_WIDTH = re.compile(r"^(TINYINT|SMALLINT|MEDIUMINT|INT|INTEGER|BIGINT)\(\d+\)")
+
+
 def _type_text(t: Any, conn: sa.Connection) -> str:
     try:
-        return str(t.compile(dialect=conn.dialect)).upper()
+        text = str(t.compile(dialect=conn.dialect)).upper()
     except Exception:  # noqa: BLE001 - NullType and exotic types have no DDL form
         return type(t).__name__.upper()
+    text = _INT_WIDTH.sub(r"\1", text)
+    return "INT" + text[len("INTEGER"):] if text.startswith("INTEGER") else text
 
 
 def _same_columns(expected: list[tuple[str, str]], actual: list[tuple[str, str]]) -> bool:

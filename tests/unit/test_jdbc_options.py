@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -224,13 +225,15 @@ def test_upsert_without_other_columns_does_nothing_on_conflict() -> None:
     assert "ON CONFLICT (k) DO NOTHING" in _compile(cap.statements[0], postgresql.dialect())
 
 
-def test_postgres_staging_table_is_unlogged() -> None:
+def test_postgres_staging_table_is_logged_unless_durable_staging_is_off() -> None:
     from sqlalchemy.schema import CreateTable
 
-    dia = d.PostgresDialect(sa.engine.make_url("postgresql+psycopg://h/db"), 1.0)
-    stage = dia.stage_table("st", None, [("k", sa.Integer())])
-    ddl = str(CreateTable(stage).compile(dialect=postgresql.dialect()))
-    assert ddl.strip().startswith("CREATE UNLOGGED TABLE st")
+    url = sa.engine.make_url("postgresql+psycopg://h/db")
+    for durable, start in ((True, "CREATE TABLE st"), (False, "CREATE UNLOGGED TABLE st")):
+        stage = d.PostgresDialect(url, 1.0, durable).stage_table("st", None,
+                                                                 [("k", sa.Integer())])
+        ddl = str(CreateTable(stage).compile(dialect=postgresql.dialect()))
+        assert ddl.strip().startswith(start)
 
 
 def test_transient_error_classification() -> None:
@@ -267,3 +270,52 @@ def test_create_table_types() -> None:
     assert isinstance(ts, sa.DateTime) and ts.timezone
     with pytest.raises(JdbcSinkError, match="cannot create a column"):
         d.arrow_to_sql_type(pa.list_(pa.int8()), "sqlite")
+
+
+def test_the_retry_budget_options_and_their_defaults() -> None:
+    o = opts()
+    assert (o.retry_timeout, o.max_retries, o.retry_backoff, o.retry_backoff_max) == \
+        (60.0, 30, 0.1, 5.0)
+    assert o.durable_staging is True
+    o = opts(retryTimeout="2m", maxRetries="5", retryBackoff="250ms", retryBackoffMax="3s",
+             durableStaging="false")
+    assert (o.retry_timeout, o.max_retries, o.retry_backoff, o.retry_backoff_max) == \
+        (120.0, 5, 0.25, 3.0)
+    assert o.durable_staging is False
+    python = JdbcSink(BASE["url"], "t", "s1", max_retries=0, retry_backoff=0.5).options
+    assert (python.max_retries, python.retry_backoff) == (0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("extra", "option", "fragment"),
+    [
+        ({"maxRetries": "-1"}, "maxRetries", ">= 0"),
+        ({"retryBackoff": "0s"}, "retryBackoff", "> 0"),
+        ({"retryBackoff": "2s", "retryBackoffMax": "1s"}, "retryBackoffMax", "below option "
+         "'retryBackoff'"),
+    ],
+)
+def test_bad_retry_budgets_name_the_option(extra: dict[str, str], option: str,
+                                           fragment: str) -> None:
+    with pytest.raises(OptionError, match=fragment) as e:
+        opts(**extra)
+    assert e.value.option == option
+
+
+def test_mariadb_integer_display_widths_do_not_count_as_a_changed_staging_table() -> None:
+    """MariaDB reflects the staging table's tags as BIGINT(20)/INT(11); read as a change of
+    columns, every new process's preparation (a DataSource commit runs in one) dropped the
+    staging table and the tasks' staged rows with it."""
+    from types import SimpleNamespace
+
+    from sqlalchemy.dialects.mysql import BIGINT, INTEGER
+
+    from connectors.jdbc.tables import _same_columns, _type_text
+
+    conn: Any = SimpleNamespace(dialect=mysql.dialect())
+    wanted = [("eo_batch", _type_text(sa.BigInteger(), conn)),
+              ("eo_writer", _type_text(sa.Integer(), conn))]
+    reflected = [("eo_batch", _type_text(BIGINT(display_width=20), conn)),
+                 ("eo_writer", _type_text(INTEGER(display_width=11), conn))]
+    assert _same_columns(wanted, reflected)
+    assert not _same_columns(wanted, [("eo_batch", "BIGINT"), ("eo_writer", "VARCHAR(10)")])

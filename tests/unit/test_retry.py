@@ -67,3 +67,29 @@ def test_poll_until_returns_the_first_truthy_value_or_none_at_the_timeout() -> N
     began = time.monotonic()
     assert poll_until(lambda: None, timeout=0.1, interval=0.02) is None
     assert 0.1 <= time.monotonic() - began < 1.0
+
+
+def test_max_retries_bounds_the_attempts_before_the_deadline() -> None:
+    calls = []
+
+    def call() -> None:
+        calls.append(1)
+        raise Flaky("still down")
+
+    with pytest.raises(RuntimeError, match=r"gave up after 4 \(transient\)"):
+        retry_until(call, timeout=60, transient=lambda e: isinstance(e, Flaky),
+                    give_up=_give_up, first_backoff=0.001, max_retries=3)
+    assert len(calls) == 4  # the first attempt and three retries
+
+
+def test_zero_retries_means_one_attempt() -> None:
+    calls = []
+
+    def call() -> None:
+        calls.append(1)
+        raise Flaky("down")
+
+    with pytest.raises(RuntimeError, match=r"gave up after 1 \(transient\)"):
+        retry_until(call, timeout=60, transient=lambda e: isinstance(e, Flaky),
+                    give_up=_give_up, max_retries=0)
+    assert len(calls) == 1

@@ -1,0 +1,398 @@
+"""Faults a test does to a service the connectors use: one vocabulary for every tier.
+
+A :class:`Nemesis` (Jepsen's name for the fault injector) acts on one service: a
+database server today, a Kafka broker or a storage server later. Each verb is one fault,
+done on the real service, and returns when the fault has happened:
+
+- ``kill()``: the server ends its clients' sessions (``pg_terminate_backend``,
+  ``KILL CONNECTION``); the server itself stays up;
+- ``crash()``: SIGKILL every process of the server, then start it again (crash recovery);
+- ``down(seconds)``: a clean stop, that long down, then a start (a maintenance restart or a
+  failover as the clients see it);
+- ``pause(seconds)``, ``cut()``, ``fill()``, ``throttle()``, ``drop_answer()``: SIGSTOP,
+  a network cut, a full disk, a slow or refusing server, a lost answer. A service that
+  cannot suffer one raises :class:`Unsupported`; the databases' network faults are the
+  :class:`~tests.sql_proxy.SqlProxy` in front of them.
+
+Database servers add the faults of concurrent sessions: :meth:`DatabaseNemesis.row_lock`
+(another session holds rows), :meth:`DatabaseNemesis.session` (a second writer, for a
+deadlock or a concurrent update).
+
+The servers are the throwaway ones of ``tests/services`` (:class:`TempPostgres`,
+:class:`TempMariaDB`): a fault test owns its server and disturbs no other test.
+
+:class:`HeldStep` lands a fault at one step of a protocol: it runs the step on a thread
+with a ``pause`` failpoint armed (``connectors/core/failpoints.py``), waits until the step
+stands at the point, lets the test act (kill the connection, lock a row, update behind the
+step's snapshot), then lets the step go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from connectors.core import failpoints
+from connectors.core.retry import poll_until
+
+
+class Unsupported(NotImplementedError):
+    """This service cannot suffer this fault (yet)."""
+
+
+class Nemesis:
+    """The faults of one service. Subclasses implement what their service can suffer."""
+
+    #: the service, in messages: ``postgresql``, ``mariadb``, ``kafka``, ``s3``...
+    name = "service"
+
+    def kill(self) -> int:
+        """The server ends every client session; returns how many it ended."""
+        raise Unsupported(f"{self.name}: kill")
+
+    def crash(self) -> None:
+        """SIGKILL the server, then start it again."""
+        raise Unsupported(f"{self.name}: crash")
+
+    def stop(self) -> None:
+        """Stop the server cleanly."""
+        raise Unsupported(f"{self.name}: stop")
+
+    def start(self) -> None:
+        """Start the server; return when it answers."""
+        raise Unsupported(f"{self.name}: start")
+
+    def down(self, seconds: float) -> float:
+        """Stop cleanly, stay down ``seconds`` (the fault's length), start; returns the
+        seconds it was down."""
+        self.stop()
+        began = time.monotonic()
+        # The outage's length is the fault itself, not a wait for a condition.
+        poll_until(lambda: time.monotonic() - began >= seconds, timeout=seconds + 1,
+                   interval=0.2)
+        self.start()
+        return time.monotonic() - began
+
+    def pause(self, seconds: float) -> None:
+        raise Unsupported(f"{self.name}: pause")
+
+    def cut(self) -> int:
+        raise Unsupported(f"{self.name}: cut")
+
+    def fill(self) -> None:
+        raise Unsupported(f"{self.name}: fill")
+
+    def throttle(self, share: float) -> None:
+        raise Unsupported(f"{self.name}: throttle")
+
+    def drop_answer(self, what: str) -> Any:
+        raise Unsupported(f"{self.name}: drop_answer")
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid``, from /proc."""
+    by_parent: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            by_parent.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in by_parent.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _sigkill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant at once (a machine losing the server), and
+    wait until they are gone."""
+    pids = [pid, *_children(pid)]
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+    def gone() -> bool:
+        for p in pids:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(p, os.WNOHANG)  # reap the ones that are our children
+            if os.path.exists(f"/proc/{p}"):
+                with contextlib.suppress(OSError), open(f"/proc/{p}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        return False
+        return True
+
+    if not poll_until(gone, timeout=30, interval=0.05):
+        raise AssertionError(f"server processes {pids} outlived SIGKILL")
+
+
+class DatabaseNemesis(Nemesis):
+    """A database server's faults, and sessions of its own to act with (as an operator
+    or another application would)."""
+
+    def admin(self) -> Any:
+        """A new autocommit DB-API connection as the server's superuser."""
+        raise NotImplementedError
+
+    def sessions(self) -> list[tuple[int, int]]:
+        """``(session id, client port)`` of every client session but the admin's."""
+        with contextlib.closing(self.admin()) as admin:
+            return self._sessions(admin)
+
+    def end_session(self, admin: Any, session: int) -> None:
+        raise NotImplementedError
+
+    def kill(self, port: int | None = None) -> int:
+        """End every client session (or the one whose client port is ``port``: a
+        :class:`~tests.sql_proxy.SqlProxy` upstream) from the server side."""
+        with contextlib.closing(self.admin()) as admin:
+            ended = 0
+            for session, client_port in self._sessions(admin):
+                if port is None or client_port == port:
+                    self.end_session(admin, session)
+                    ended += 1
+        return ended
+
+    def _sessions(self, admin: Any) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Any]:
+        """A second writer: a DB-API connection in manual-commit mode, rolled back and
+        closed at the end."""
+        conn = self.admin()
+        self._manual(conn)
+        try:
+            yield conn
+        finally:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _manual(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def row_lock(self, table: str, column: str, value: Any) -> Iterator[Any]:
+        """Another session holds the rows of ``table`` where ``column = value`` (``SELECT
+        ... FOR UPDATE``) until the block ends; yields that session."""
+        with self.session() as conn:
+            cur = conn.cursor()
+            cur.execute(f"SELECT * FROM {table} WHERE {column} = %s FOR UPDATE",  # noqa: S608
+                        (value,))
+            cur.fetchall()
+            yield conn
+
+    def waiting(self) -> int:
+        """How many client sessions wait for a lock now."""
+        raise NotImplementedError
+
+
+class PostgresNemesis(DatabaseNemesis):
+    """Faults of a :class:`~tests.services.postgres.TempPostgres`."""
+
+    name = "postgresql"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def admin(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.server.dsn, autocommit=True, connect_timeout=5)
+
+    def _manual(self, conn: Any) -> None:
+        conn.autocommit = False
+
+    def _sessions(self, admin: Any) -> list[tuple[int, int]]:
+        rows = admin.execute(
+            "SELECT pid, coalesce(client_port, -1) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()").fetchall()
+        return [(int(p), int(port)) for p, port in rows]
+
+    def end_session(self, admin: Any, session: int) -> None:
+        # With a timeout, pg_terminate_backend returns once the backend has exited.
+        admin.execute("SELECT pg_terminate_backend(%s, 10000)", (session,))
+
+    def waiting(self) -> int:
+        with contextlib.closing(self.admin()) as admin:
+            row = admin.execute("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE wait_event_type = 'Lock'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _postmaster(self) -> int:
+        with open(os.path.join(self.server.data, "postmaster.pid")) as f:
+            return int(f.readline())
+
+    def crash(self) -> None:
+        _sigkill_tree(self._postmaster())
+        # As after a machine's crash, no process of the old server is left. Until init
+        # reaps it, the postmaster is a zombie whose pid, in the lock files, a new
+        # postmaster takes for a live server: remove them, as the reboot would have.
+        for lock in (os.path.join(self.server.data, "postmaster.pid"),
+                     os.path.join(self.server.base, f".s.PGSQL.{self.server.port}.lock")):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(lock)
+        self.start()
+
+    def stop(self) -> None:
+        self.server.stop("fast")
+
+    def start(self) -> None:
+        self.server.start()
+
+
+class MariaDbNemesis(DatabaseNemesis):
+    """Faults of a :class:`~tests.services.mariadb.TempMariaDB`."""
+
+    name = "mariadb"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def admin(self) -> Any:
+        import pymysql
+
+        return pymysql.connect(host="127.0.0.1", port=self.server.port, user="root",
+                               database="test", autocommit=True, connect_timeout=5)
+
+    def _manual(self, conn: Any) -> None:
+        conn.autocommit(False)
+
+    def _sessions(self, admin: Any) -> list[tuple[int, int]]:
+        cur = admin.cursor()
+        cur.execute("SELECT id, host FROM information_schema.processlist "
+                    "WHERE id <> connection_id() AND command <> 'Daemon' "
+                    "AND user <> 'system user'")
+        out = []
+        for session, host in cur.fetchall():
+            port = host.rsplit(":", 1)[1] if host and ":" in host else "-1"
+            out.append((int(session), int(port) if port.isdigit() else -1))
+        return out
+
+    def end_session(self, admin: Any, session: int) -> None:
+        import pymysql
+
+        with contextlib.suppress(pymysql.err.OperationalError):  # 1094: already gone
+            admin.cursor().execute(f"KILL CONNECTION {int(session)}")
+
+    def waiting(self) -> int:
+        with contextlib.closing(self.admin()) as admin:
+            cur = admin.cursor()
+            cur.execute("SELECT count(*) FROM information_schema.innodb_trx "
+                        "WHERE trx_state = 'LOCK WAIT'")
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def crash(self) -> None:
+        proc = self.server._proc
+        if proc is None:
+            raise AssertionError("mariadbd is not running")
+        _sigkill_tree(proc.pid)
+        proc.wait(30)
+        self.server._proc = None
+        self.start()
+
+    def stop(self) -> None:
+        proc = self.server._proc
+        if proc is None:
+            return
+        proc.terminate()  # SIGTERM: mariadbd shuts down cleanly
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+        self.server._proc = None
+
+    def start(self) -> None:
+        self.server.start()
+
+
+class HeldStep:
+    """``call()`` on a thread, held at the failpoint ``point`` (``name@batch``) until
+    :meth:`go`: ``with HeldStep(point, tmp_dir).start(call) as step: step.reached(); <fault>;
+    step.go(); step.result()``. The point fires once (a retry passes it)."""
+
+    def __init__(self, point: str, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.spec = f"{point}!pause"
+        self.directory = directory
+        (parsed,) = [s for specs in failpoints.parse(self.spec).values() for s in specs]
+        self._reached, self._go = failpoints.pause_paths(parsed.key, directory)
+        self._saved: dict[str, str | None] = {}
+        self._out: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+
+    def start(self, call: Callable[[], Any]) -> HeldStep:
+        for name, value in ((failpoints.ENV, self.spec),
+                            (failpoints.ENV_PAUSE_DIR, self.directory),
+                            (failpoints.ENV_ONCE_DIR, self.directory)):
+            self._saved[name] = os.environ.get(name)
+            os.environ[name] = value
+        failpoints.reload()
+
+        def run() -> None:
+            try:
+                self._out["value"] = call()
+            except BaseException as e:  # noqa: BLE001 - handed to result()
+                self._out["error"] = e
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def reached(self, timeout: float = 60.0) -> None:
+        """Return once the step stands at the point; fail if it ended first."""
+        thread = self._thread
+        if thread is None:
+            raise AssertionError("HeldStep.reached() before start()")
+
+        def there() -> bool:
+            return os.path.exists(self._reached) or not thread.is_alive()
+
+        poll_until(there, timeout=timeout, interval=0.02)
+        if not os.path.exists(self._reached):
+            raise AssertionError(f"{self.spec} was never reached: {self._out}")
+
+    def go(self) -> None:
+        open(self._go, "w").close()
+
+    def result(self, timeout: float = 180.0) -> Any:
+        """The step's value (or its error, raised), once it ended."""
+        self.go()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise AssertionError(f"the step held at {self.spec} did not end in {timeout}s")
+        self._restore()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out.get("value")
+
+    def _restore(self) -> None:
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved.clear()
+        failpoints.reload()
+
+    def __enter__(self) -> HeldStep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.go()
+        if self._thread is not None:
+            self._thread.join(60)
+        self._restore()
