@@ -193,12 +193,14 @@ def test_wal_show_explains_a_finished_runs_pending_window_and_refuses_other_dire
 
 
 # -- issue 41, item 1: no group, no offset -------------------------------------------------------
-def _groups(bootstrap: str) -> set[str]:
+def _states(bootstrap: str, groups: list[str]) -> dict[str, str]:
+    """Each group's state as its coordinator has it: ``DEAD`` for a group it does not know
+    (no member, no offset), ``EMPTY`` for one with offsets and no member."""
     from confluent_kafka.admin import AdminClient
 
-    listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(
-        request_timeout=30).result(timeout=60)
-    return {g.group_id for g in listed.valid}
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until every answer is in
+    futures = admin.describe_consumer_groups(groups, request_timeout=30)
+    return {g: f.result(timeout=60).state.name for g, f in futures.items()}
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -250,6 +252,8 @@ def test_the_kafka_commands_commit_no_offset_and_leave_no_group(
     finally:
         holder.abort_transaction(30)
     assert _committed(kafka_bootstrap, group, topic, 2) == before
-    groups = _groups(kafka_bootstrap)
-    assert group in groups  # listed: the list is not empty by mistake
-    assert not groups & {unknown, "eo-connectors-cli", "eo-connectors-cli-transactions"}, groups
+    looked = [unknown, "eo-connectors-cli", "eo-connectors-cli-transactions"]
+    for g in looked:
+        assert all(o < 0 for o in _committed(kafka_bootstrap, g, topic, 2).values()), g
+    states = _states(kafka_bootstrap, [group, *looked])
+    assert states == {group: "EMPTY", **{g: "DEAD" for g in looked}}, states
