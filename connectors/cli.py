@@ -25,8 +25,9 @@ Commands:
 
 Every command takes ``--json``. Errors are one line on stderr with exit code 2; passwords in
 URLs are redacted in all output. Only ``sink reset`` and ``transactions --abort`` change
-anything (``doctor --path`` creates and deletes the sinks' own probe object); no command
-creates a topic. A command that finds nothing of what it was asked
+anything (``doctor --path`` creates and deletes the sinks' own probe object): read-only
+commands never write (docs/design.md), no file, table, directory, topic or consumer-group
+offset; no command creates a topic. A command that finds nothing of what it was asked
 about (a path or table without our state, a directory without the log asked for, a topic
 that does not exist, a group without committed offsets) says what it found and exits 2.
 """
@@ -98,9 +99,17 @@ def wal_show(args: argparse.Namespace) -> int:
             entries.append({"seq": seq, "committed": seq in committed, "record": record})
         last = committed_seqs[-1] if committed_seqs else None
         note = report.pending_note(kind, entries)
+        retained = report.retention_note(kind, every)
         doc["logs"][kind] = {"what": report.LOGS.get(kind), "last_committed": last,
-                             "entries": entries, "pending_note": note}
-        lines.append(f"  [{kind}] last committed: {last} ({report.LOGS.get(kind, 'a log')})")
+                             "entries": entries, "entries_in_log": len(every),
+                             "pending_note": note, "retention_note": retained,
+                             "keeps": report.kept(kind)}
+        shown = (f"; the last {len(entries)} of {len(every)} entries shown"
+                 if len(entries) < len(every) else "")
+        lines.append(f"  [{kind}] last committed: {last} ({report.LOGS.get(kind, 'a log')})"
+                     + shown)
+        if retained:
+            lines.append(f"    ({retained})")
         for e in entries:
             flag = "committed" if e["committed"] else "PENDING  "
             lines.append(f"    {e['seq']:>8}  {flag}  {_summarize(e['record'])}")
@@ -314,10 +323,12 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     def with_storage(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--storage", action="append", metavar="KEY=VALUE",
                         help="a storage.* option for an object-store path (repeatable), e.g. "
-                        "endpoint=http://minio:9000; credentials also come from AWS_*, "
+                        "endpoint=http://minio:9000; credentials also come from AWS_*, the "
+                        "AWS CLI's ~/.aws files and AWS_PROFILE, "
                         "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*")
 
     from connectors.demo.app import add_demo_arguments
+    from connectors.state_report import KINDS
 
     d = with_json(sub.add_parser("demo", help="end-to-end exactly-once demo with a crash"))
     add_demo_arguments(d)
@@ -329,9 +340,11 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://, s3://, gs://, "
                    "abfss://)")
     with_storage(w)
-    w.add_argument("--kind", help="only this log: source (eo_kafka source), commits (eo_kafka "
-                   "sink), _eo_log (eo_files), or sink (whichever sink log is there)")
-    w.add_argument("--last", type=int, default=0, help="only the last N entries")
+    w.add_argument("--kind", choices=KINDS, help="only this log: source (eo_kafka source), "
+                   "commits (eo_kafka sink), _eo_log (eo_files), or sink (whichever sink log "
+                   "is there)")
+    w.add_argument("--last", type=int, default=0, help="only the last N entries (default: "
+                   "%(default)s, every entry)")
     w.set_defaults(func=wal_show)
 
     sink = sub.add_parser("sink", help="sink state: JDBC status, reset of any sink").add_subparsers(
@@ -339,14 +352,16 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     s = with_json(sink.add_parser("status", help="last committed batch per sink"))
     s.add_argument("--url", required=True, help="SQLAlchemy URL of the target database")
     s.add_argument("--sink-id", help="only this sink")
-    s.add_argument("--table", default="eo_sink_commits", help="metadata table name")
+    s.add_argument("--table", default="eo_sink_commits", help="metadata table name (default: "
+                   "%(default)s)")
     s.set_defaults(func=sink_status)
     r = with_json(sink.add_parser(
         "reset", help="record a restart: the sink's next query (new checkpoint) starts at "
         "batch 0; run it with the query stopped"))
     r.add_argument("--sink-id", help="the sink (required for --url and --wal-path)")
     r.add_argument("--url", help="eo_jdbc: SQLAlchemy URL of the target database")
-    r.add_argument("--table", default="eo_sink_commits", help="eo_jdbc: metadata table name")
+    r.add_argument("--table", default="eo_sink_commits", help="eo_jdbc: metadata table name "
+                   "(default: %(default)s)")
     r.add_argument("--wal-path", help="eo_kafka sink: its walPath")
     r.add_argument("--path", help="eo_files: the output path")
     with_storage(r)
@@ -360,7 +375,8 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
                     "principal may not DESCRIBE, is then an error, and never created; without "
                     "--topic the broker leaves topics it may not DESCRIBE out)")
     lg.add_argument("--timeout", type=float, default=15.0, help="seconds each lookup may take, "
-                    "asked again while a group coordinator loads or moves")
+                    "asked again while a group coordinator loads or moves (default: "
+                    "%(default)s)")
     lg.add_argument("--kafka", action="append", metavar="KEY=VALUE",
                     help="a librdkafka setting (repeatable; a kafka. prefix is dropped), e.g. "
                     "security.protocol=SASL_SSL; see docs/security.md")
@@ -377,10 +393,12 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     tx.add_argument("--sink-id", required=True, help="the sink's sink_id")
     tx.add_argument("--writers", type=int, default=0,
                     help="with --abort: how many writer partitions (Spark tasks per batch) "
-                    "the sink has; ids <sink-id>-0 .. -<writers-1> are aborted")
+                    "the sink has; ids <sink-id>-0 .. -<writers-1> are aborted (default: "
+                    "%(default)s; --abort needs it)")
     tx.add_argument("--abort", action="store_true", help="abort their open transactions")
     tx.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    tx.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request")
+    tx.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request "
+                    "(default: %(default)s)")
     tx.add_argument("--kafka", action="append", metavar="KEY=VALUE",
                     help="a librdkafka setting (repeatable), see docs/security.md")
     tx.add_argument("--kafka-config", metavar="FILE", help="a file of KEY=VALUE settings")
@@ -391,7 +409,8 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     f = with_json(files.add_parser("status", help="committed batches and files"))
     f.add_argument("path", help="the eo_files output path (local, file://, hdfs://, "
                    "webhdfs://, s3://, gs://, abfss://)")
-    f.add_argument("--last", type=int, default=0, help="only the last N batches")
+    f.add_argument("--last", type=int, default=0, help="only the last N batches (default: "
+                   "%(default)s, every batch)")
     f.add_argument("-v", "--verbose", action="store_true", help="list every file")
     with_storage(f)
     f.set_defaults(func=files_status)

@@ -6,6 +6,7 @@ topic: lookups by name go through ``kafka/lookup`` (see its docstring)."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from connectors.core.errors import ConnectorError
@@ -33,6 +34,16 @@ def kafka_settings(args: argparse.Namespace) -> dict[str, str]:
                                  "security.protocol=SASL_SSL")
         out[key.strip().removeprefix("kafka.")] = value.strip()
     return out
+
+
+def source_group(group: str) -> bool:
+    """``group`` is named as an ``eo_kafka`` source names its own group (without
+    ``kafka.group.id`` nor ``groupIdPrefix``: ``eo-kafka-source-<12 hex digits>``), so it is
+    known to be one. Any other name may be anyone's: ``lag`` says nothing of eo_kafka's
+    commit timing for it."""
+    from connectors.kafka.source.declaration import DEFAULT_GROUP_PREFIX
+
+    return re.fullmatch(re.escape(DEFAULT_GROUP_PREFIX) + r"-[0-9a-f]{12}", group) is not None
 
 
 #: How long lag waits for a stable answer (``lookup.stable_committed``) where the plain one
@@ -120,7 +131,7 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     lines = [f"group {args.group} @ {args.bootstrap}: total lag {total}"]
     lines += [f"  {p['topic']}[{p['partition']}] committed {p['committed']} end {p['end']} "
               f"lag {p['lag']}" for p in partitions]
-    if total:
+    if total and source_group(args.group):
         lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
                      "batch: after a finished AvailableNow/Once run, the last window shows as "
                      "lag until the next run; see docs/kafka-source.md)")

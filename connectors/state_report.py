@@ -23,13 +23,15 @@ from typing import Any
 
 from connectors.core.errors import ConnectorError
 from connectors.core.storage import Storage
-from connectors.core.wal import COMMIT_EXT, RECORD_EXT, SEQ_WIDTH, read_record
+from connectors.core.wal import COMMIT_EXT, RECORD_EXT, RETAIN_EVERY, SEQ_WIDTH, read_record
 
 #: Log kind -> what it is.
 LOGS = {"source": "eo_kafka source windows", "commits": "eo_kafka sink commits",
         "_eo_log": "eo_files batches"}
 #: The commit logs of the sinks, which ``--kind sink`` selects.
 SINK_LOGS = ("commits", "_eo_log")
+#: What ``wal show --kind`` takes: a log kind, or ``sink``.
+KINDS = (*LOGS, "sink")
 #: Where ``sink reset`` records a restart: the Kafka sink's walPath, the file sink's path.
 RESET_FILES = ("reset.json", "_eo_reset.json")
 
@@ -163,3 +165,30 @@ def pending_note(kind: str, entries: list[dict[str, Any]]) -> str | None:
     if kind == "_eo_log":
         return FILES_PENDING
     return None
+
+
+def kept(kind: str) -> int | None:
+    """How many entries the writer of log ``kind`` keeps (``WriteAheadLog.retain``); None
+    for a log this package does not write."""
+    if kind == "source":
+        from connectors.kafka.source.planner import WAL_KEEP_WINDOWS
+        return WAL_KEEP_WINDOWS
+    if kind == "commits":
+        from connectors.kafka.sink.recovery import KEEP_COMMITS
+        return KEEP_COMMITS
+    if kind == "_eo_log":
+        from connectors.files.sink import LOG_RETENTION
+        return LOG_RETENTION
+    return None
+
+
+def retention_note(kind: str, seqs: list[int]) -> str | None:
+    """Why a log begins after 0, in one line, when its retention is the reason: it deletes
+    entries only once the log holds more than it keeps, so a log that begins after 0 and
+    holds fewer began there (a query whose checkpoint had batches before this sink)."""
+    keep = kept(kind)
+    if not seqs or seqs[0] == 0 or keep is None or len(seqs) < keep:
+        return None
+    return (f"entries before {seqs[0]} were removed by retention: this log keeps its newest "
+            f"{keep}, deleting older ones at every {RETAIN_EVERY}th commit (so {keep} to "
+            f"{keep + RETAIN_EVERY - 1} are here)")

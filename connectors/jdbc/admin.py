@@ -5,13 +5,17 @@
   batch 0 (``sink reset --url``): the sink's row goes below every batch id, to a mark that
   keeps the last batch for :func:`status` (``metadata.reset_mark``).
 
-Both open an engine of their own on the URL as given and dispose of it after. Errors are
-:class:`ConnectorError` with one line for the person at the terminal, the password in the
-URL redacted.
+Both open an engine of their own on the URL as given and dispose of it after. Neither
+creates a database: SQLite would create a missing file on connect, so a SQLite file must
+exist, and :func:`status`, a read-only command (docs/design.md), opens it read-only. Errors
+are :class:`ConnectorError` with one line for the person at the terminal, the password in
+the URL redacted.
 """
 
 from __future__ import annotations
 
+import os
+import urllib.parse
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,10 +38,7 @@ def status(url: str, table: str = DEFAULT_NAME,
     and ``reset_after``: the last batch before a ``sink reset`` when nothing was committed
     since (``committed_at`` is then the reset's time), else None."""
     shown = redact_url(url)
-    try:
-        engine = sa.create_engine(url)
-    except Exception as e:
-        raise ConnectorError(f"sink status: cannot use URL {shown}: {url_problem(e)}") from None
+    engine = _engine(url, "sink status", read_only=True)
     try:
         with engine.connect() as conn:
             present = sa.inspect(conn).has_table(table)
@@ -83,10 +84,7 @@ def reset(url: str, sink_id: str, table: str = DEFAULT_NAME) -> int | None:
     shown = redact_url(url)
     schema, name = parse_table_name(table, "--table")
     commits = CommitsTable(name, schema)
-    try:
-        engine = sa.create_engine(url)
-    except Exception as e:
-        raise ConnectorError(f"sink reset: cannot use URL {shown}: {url_problem(e)}") from None
+    engine = _engine(url, "sink reset", read_only=False)
     try:
         with engine.begin() as conn:
             if not sa.inspect(conn).has_table(name, schema=schema):
@@ -103,6 +101,38 @@ def reset(url: str, sink_id: str, table: str = DEFAULT_NAME) -> int | None:
     finally:
         engine.dispose()
     return stored if stored >= 0 else reset_after(stored)
+
+
+def _engine(url: str, who: str, *, read_only: bool) -> sa.Engine:
+    """An engine on ``url`` that cannot create a database: a SQLite file must exist (sqlite
+    creates a missing one on connect), opened with ``mode=ro`` when ``read_only``."""
+    try:
+        parsed = sa.engine.make_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            parsed = _existing_sqlite(parsed, who, read_only)
+        return sa.create_engine(parsed)
+    except ConnectorError:
+        raise
+    except Exception as e:
+        raise ConnectorError(f"{who}: cannot use URL {redact_url(url)}: {url_problem(e)}"
+                             ) from None
+
+
+def _existing_sqlite(url: sa.URL, who: str, read_only: bool) -> sa.URL:
+    """``url`` of a SQLite file that exists, as a read-only ``file:`` URI if asked; an
+    in-memory database, or a ``file:`` URI the operator wrote (``uri=true``), as given."""
+    if not url.database or url.database == ":memory:" or url.query.get("uri"):
+        return url
+    path = os.path.abspath(url.database)
+    if not os.path.isfile(path):
+        what = "is a directory, not a database file" if os.path.isdir(path) else "does not exist"
+        raise ConnectorError(
+            f"{who}: the SQLite database {path} {what} (nothing was created); check --url "
+            "(sqlite:///relative/path.db, sqlite:////absolute/path.db)")
+    if not read_only:
+        return url
+    return url.set(database="file:" + urllib.parse.quote(path),
+                   query={**url.query, "mode": "ro", "uri": "true"})
 
 
 def url_problem(e: Exception) -> str:

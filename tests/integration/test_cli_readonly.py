@@ -190,3 +190,70 @@ def test_wal_show_explains_a_finished_runs_pending_window_and_refuses_other_dire
     assert f"{wal} (source)" in err, err
     code, out, err = _cli(capsys, "wal", "show", wal, "--kind", "sink")
     assert code == 2 and "holds no 'sink' log; it holds source/ (eo_kafka source" in err, err
+
+
+# -- issue 41, item 1: no group, no offset -------------------------------------------------------
+def _states(bootstrap: str, groups: list[str]) -> dict[str, str]:
+    """Each group's state as its coordinator has it: ``DEAD`` for a group it does not know
+    (no member, no offset), ``EMPTY`` for one with offsets and no member."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until every answer is in
+    futures = admin.describe_consumer_groups(groups, request_timeout=30)
+    return {g: f.result(timeout=60).state.name for g, f in futures.items()}
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                 timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+def test_the_kafka_commands_commit_no_offset_and_leave_no_group(
+        kafka_bootstrap: str, filled_topic: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``lag``, ``transactions`` (its held partitions read by a consumer of its own) and
+    ``doctor --group`` on a real broker: the group looked at keeps its offsets, and no
+    group appears, neither the one asked about nor the lookups' own."""
+    from confluent_kafka import Producer
+
+    topic = filled_topic([(None, b"v", p) for p in range(2) for _ in range(6)], partitions=2)
+    group, unknown = f"g-{uuid.uuid4().hex[:8]}", f"nosuchgroup-{uuid.uuid4().hex[:8]}"
+    _commit(kafka_bootstrap, group, {(topic, 0): 2})
+    before = _committed(kafka_bootstrap, group, topic, 2)
+    # an open transaction holds both partitions: transactions reads past their LSO
+    holder = Producer({"bootstrap.servers": kafka_bootstrap,
+                       "transactional.id": f"hold-{uuid.uuid4().hex[:8]}"})
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    for p in range(2):
+        holder.produce(topic, b"held", None, p)
+    holder.flush(30)
+    try:
+        for argv, expected in (
+                (["lag", "--bootstrap", kafka_bootstrap, "--group", group], 0),
+                (["lag", "--bootstrap", kafka_bootstrap, "--group", group, "--topic", topic], 0),
+                (["lag", "--bootstrap", kafka_bootstrap, "--group", unknown], 2),
+                (["transactions", "--bootstrap", kafka_bootstrap, "--topic", topic,
+                  "--sink-id", "s1"], 0),
+                (["doctor", "--bootstrap", kafka_bootstrap, "--group", unknown,
+                  "--topic", topic], None)):
+            code, out, err = _cli(capsys, *argv)
+            assert expected is None or code == expected, (argv, out, err)
+        assert "readers held at" in " ".join(_cli(capsys, "transactions", "--bootstrap",
+                                                  kafka_bootstrap, "--topic", topic,
+                                                  "--sink-id", "s1")[1:])
+    finally:
+        holder.abort_transaction(30)
+    assert _committed(kafka_bootstrap, group, topic, 2) == before
+    looked = [unknown, "eo-connectors-cli", "eo-connectors-cli-transactions"]
+    for g in looked:
+        assert all(o < 0 for o in _committed(kafka_bootstrap, g, topic, 2).values()), g
+    states = _states(kafka_bootstrap, [group, *looked])
+    assert states == {group: "EMPTY", **{g: "DEAD" for g in looked}}, states

@@ -2,8 +2,9 @@
 no key in the ``storage.*`` options nor the environment, so the client's last resort is the
 instance identity at the cloud metadata endpoint; that endpoint refuses, answers 403, or
 hangs. Each way, within 30 s, the error names the URL, says that no credentials were found,
-and lists where they can come from: the ``storage.*`` options, the environment variables and
-the instance identity. Through the storage layer, a sink's state, and the CLI."""
+and lists where they can come from: the ``storage.*`` options, the environment variables, the
+AWS shared files and profile, and the instance identity. Through the storage layer, a sink's
+state, and the CLI."""
 
 from __future__ import annotations
 
@@ -67,14 +68,16 @@ def metadata_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
-def no_credentials(monkeypatch: pytest.MonkeyPatch, metadata_endpoint: str) -> str:
-    """No AWS credential of any kind in this process's environment; the instance identity
-    asked at ``metadata_endpoint``."""
+def no_credentials(monkeypatch: pytest.MonkeyPatch, metadata_endpoint: str,
+                   tmp_path: Any) -> str:
+    """No AWS credential of any kind in this process's environment nor in the AWS shared
+    files (a HOME without ``.aws``); the instance identity asked at ``metadata_endpoint``."""
     import os
 
     for name in list(os.environ):
         if name.startswith("AWS_") and name != "AWS_CA_BUNDLE":
             monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("AWS_METADATA_ENDPOINT", metadata_endpoint)
     forget_probes()
     return metadata_endpoint
@@ -90,7 +93,8 @@ def _assert_says_no_credentials(message: str, url: str) -> None:
     assert "no credentials were found" in message, message
     for where in ("storage.accessKeyId", "storage.secretAccessKey", "AWS_ACCESS_KEY_ID",
                   "AWS_SECRET_ACCESS_KEY", "AWS_WEB_IDENTITY_TOKEN_FILE", "instance identity",
-                  "instance profile"):
+                  "instance profile", "/.aws/credentials (no such file)", "/.aws/config",
+                  "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE unset"):
         assert where in message, (where, message)
     assert "unreachable" not in message  # the store was never the problem
 

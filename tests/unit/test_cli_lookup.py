@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from connectors import cli
+from connectors import cli, cli_kafka
 from connectors.kafka import lookup
 from tests.helpers import FakeGroupConsumer
 
@@ -171,3 +171,18 @@ def test_lag_names_the_group_acl_when_its_coordinator_is_denied(fakes: Any, caps
     code, out, err = lag(capsys, "--group", "g", "--kafka", "sasl.username=alice")
     assert code == 2 and out == ""
     assert "User:alice has no DESCRIBE on Group 'g'" in err, err
+
+
+# -- issue 41: the eo_kafka hint only for eo_kafka's own groups -----------------------------------
+def test_lag_explains_eo_kafka_s_commit_timing_only_for_its_own_groups(
+        fakes: Any, capsys: Any) -> None:
+    from connectors.kafka.source.options import KafkaSourceOptions
+
+    ours = KafkaSourceOptions.from_options(
+        {"kafka.bootstrap.servers": "b:1", "subscribe": "t", "walPath": "/tmp/w"}).group_id
+    assert cli_kafka.source_group(ours), ours  # the name the source itself gives its group
+    fakes.offsets.update({("t", 0): 4})
+    for group, hinted in ((ours, True), ("g", False), ("eo-kafka-source-mine", False)):
+        code, out, err = lag(capsys, "--group", group)
+        assert code == 0 and "total lag 6" in out, err
+        assert ("AvailableNow/Once run" in out) is hinted, (group, out)

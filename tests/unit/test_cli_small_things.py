@@ -1,7 +1,9 @@
 """The CLI's smaller things (issue 36, item 6): ``--help`` names the command as it was run
 and shows no reStructuredText markup; every argument has help and the demo's show their
 defaults; ``files status --json`` honours ``--last``; ``sink reset`` of another sink's state
-says so; the demo's progress writes no carriage-return frames into a pipe or a file."""
+says so; the demo's progress writes no carriage-return frames into a pipe or a file. Issue 41,
+item 3: --help shows every default, ``wal show --kind`` takes only a log kind, and says when
+retention removed a log's older entries. (``lag``'s eo_kafka hint: test_cli_lookup.py.)"""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 
 from connectors import cli
 from connectors.core.sink import TaskInfo
+from connectors.core.wal import WriteAheadLog
 from connectors.demo import app
 from connectors.files.sink import FileSink
 from tests.helpers import REPO
@@ -149,3 +152,70 @@ def test_every_client_the_cli_and_the_demo_make_routes_librdkafka_s_log() -> Non
                                           else sorted((REPO_PATH / c).rglob("*.py")))]
     assert len(files) > 5
     assert [b for f in files for b in _client_calls(f)] == []
+
+
+# -- issue 41, item 3 ------------------------------------------------------------------------------
+def test_help_shows_every_default_worth_knowing() -> None:
+    """Every option with a default other than none/off shows it in --help."""
+    missing = []
+    for p in parsers():
+        for action in p._actions:
+            if action.default in (None, False, argparse.SUPPRESS) or not action.option_strings \
+                    or isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction)):
+                continue
+            said = p._get_formatter()._expand_help(action)  # as --help prints it
+            values = {str(action.default)} | ({f"{action.default:g}"}
+                                              if isinstance(action.default, float) else set())
+            if "default" not in said or not any(v in said for v in values):
+                missing.append(f"{p.prog} {action.option_strings[-1]}: {said}")
+    assert missing == []
+    helps = {p.prog.split(" ", 1)[1]: " ".join(p.format_help().split()) for p in parsers()[1:]}
+    assert "(default: 15.0)" in helps["lag"] and "(default: 15.0)" in helps["transactions"]
+    assert "(default: 0; --abort needs it)" in helps["transactions"]
+    assert "(default: eo_sink_commits)" in helps["sink status"]
+    assert "(default: eo_sink_commits)" in helps["sink reset"]
+
+
+def test_wal_show_kind_is_one_of_the_log_kinds(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Any) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["wal", "show", str(tmp_path), "--kind", "bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --kind: invalid choice: 'bogus'" in err, err
+    assert "'source', 'commits', '_eo_log', 'sink'" in err, err
+
+
+def test_wal_show_says_retention_removed_the_older_entries(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from connectors.core.storage import LocalStorage
+    from connectors.kafka.sink.recovery import KEEP_COMMITS, sink_state
+
+    state = sink_state(LocalStorage(), str(tmp_path / "wal"))
+    for b in range(25):  # retention at 10 and 20 keeps the newest KEEP_COMMITS
+        state.record_commit(b, "k", 1)
+        state.retain(b)
+    code = cli.main(["wal", "show", str(tmp_path / "wal")])
+    out = capsys.readouterr().out
+    assert code == 0
+    first = 20 - KEEP_COMMITS + 1
+    assert f"entries before {first} were removed by retention: this log keeps its newest " \
+           f"{KEEP_COMMITS}, deleting older ones at every 10th commit" in out, out
+    assert f"{first:>8}  committed" in out and f"{first - 1:>8}  committed" not in out
+    assert cli.main(["wal", "show", str(tmp_path / "wal"), "--last", "3", "--json"]) == 0
+    log = json.loads(capsys.readouterr().out)["logs"]["commits"]
+    assert [e["seq"] for e in log["entries"]] == [22, 23, 24]
+    assert log["entries_in_log"] == 25 - first and log["keeps"] == KEEP_COMMITS
+    assert log["retention_note"].startswith(f"entries before {first} were removed")
+    assert cli.main(["wal", "show", str(tmp_path / "wal"), "--last", "3"]) == 0
+    assert f"; the last 3 of {25 - first} entries shown" in capsys.readouterr().out
+
+
+def test_a_log_that_retention_never_touched_says_nothing_of_it(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    wal = WriteAheadLog.open(str(tmp_path / "wal"), "source")
+    for w in (5, 6, 7):  # a log that began at 5, with fewer entries than retention keeps
+        wal.append(w, {"window": w})
+        wal.commit(w)
+    assert cli.main(["wal", "show", str(tmp_path / "wal")]) == 0
+    assert "removed by retention" not in capsys.readouterr().out

@@ -27,7 +27,9 @@ FAILED_IDENTITY = {
         "- HTTP error: error sending request"),
 }
 NAMED = {
-    "s3://bkt/wal": ("storage.accessKeyId", "AWS_ACCESS_KEY_ID", "EC2 instance profile"),
+    "s3://bkt/wal": ("storage.accessKeyId", "AWS_ACCESS_KEY_ID", "EC2 instance profile",
+                     "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE",
+                     "/.aws/credentials"),
     "gs://bkt/wal": ("storage.serviceAccountPath", "GOOGLE_APPLICATION_CREDENTIALS",
                      "metadata server's service account"),
     "abfss://ctr@acct.dfs.core.windows.net/wal": ("storage.accountKey", "AZURE_STORAGE_ACCOUNT_KEY",

@@ -4,9 +4,10 @@
 Why obstore: one well-kept client (Apache Arrow's ``object_store`` crate underneath) with
 the same conditional create on all three stores (``PutMode::Create``: ``If-None-Match: *``
 on S3 and Azure, ``ifGenerationMatch=0`` on GCS), the standard credential chains of each
-(environment, config files, instance/workload identity), streaming multipart writes,
-bulk deletes, bounded retries, and no JVM. boto3 has no GCS or Azure; fsspec's S3
-backend exposes no conditional create.
+(environment, instance/workload identity; for S3 also the AWS CLI's shared files, which
+obstore does not read and ``credentials.py`` does), streaming multipart writes, bulk
+deletes, bounded retries, and no JVM. boto3 has no GCS or Azure; fsspec's S3 backend
+exposes no conditional create.
 
 Paths inside a store are ``/key/with/slashes``; the bucket (or container) is part of the
 backend, so :meth:`ObjectStoreStorage.url` gives back ``s3://bucket/key``. "Directories"
@@ -39,6 +40,13 @@ from typing import IO, Any
 
 from connectors.core.errors import OptionError, StorageError
 from connectors.core.storage.base import CountingStream, Storage, is_hidden
+from connectors.core.storage.credentials import (
+    CREDENTIAL_SOURCES,
+    AwsFilesError,
+    apply_aws_profile,
+    aws_files_looked_at,
+    profile_secrets,
+)
 from connectors.core.storage.options import StorageOptions, unknown_storage_option
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,8 @@ _BULK = 1000  # keys per bulk delete request (S3's limit; obstore splits further
 _REQUESTS: Counter[str] = Counter()
 _REQUESTS_LOCK = threading.Lock()
 _STORES: dict[Hashable, Any] = {}
+#: Where a store's credentials came from, when from the AWS shared files (for its errors).
+_CREDENTIALS_FROM: dict[Hashable, str] = {}
 _STORES_LOCK = threading.Lock()
 
 
@@ -129,11 +139,14 @@ class ObjectStoreStorage(Storage):
         with _STORES_LOCK:
             store = _STORES.get(key)
             if store is None:
-                store = self._build()
+                store, source = self._build()
                 _STORES[key] = store
+                if source:
+                    _CREDENTIALS_FROM[key] = source
         return store
 
-    def _build(self) -> Any:
+    def _build(self) -> tuple[Any, str | None]:
+        """The client, and where its credentials came from when from the AWS shared files."""
         _obstore()  # the install hint, if it is missing
         from obstore.exceptions import BaseError, UnknownConfigurationKeyError
         from obstore.store import AzureStore, GCSStore, S3Store
@@ -147,14 +160,20 @@ class ObjectStoreStorage(Storage):
         }
         if self.provider == "azure" and self.account and "account_name" not in config:
             config["account_name"] = self.account
+        provider: Any = None
+        source = None
+        if self.provider == "s3":  # what `aws configure` wrote, which obstore does not read
+            provider, source = apply_aws_profile(config, client)
+            if provider is not None:
+                config = {**provider.config, **config}
         settings: dict[str, Any] = {"config": config, "client_options": client,
                                     "retry_config": retry_config}
         try:
             if self.provider == "s3":
-                return S3Store(self.bucket, **settings)
+                return S3Store(self.bucket, credential_provider=provider, **settings), source
             if self.provider == "gcs":
-                return GCSStore(self.bucket, **settings)
-            return AzureStore(self.bucket, **settings)
+                return GCSStore(self.bucket, **settings), source
+            return AzureStore(self.bucket, **settings), source
         except UnknownConfigurationKeyError as e:
             key = _unknown_key(str(e))
             raise unknown_storage_option(self.family, key) from None
@@ -167,6 +186,8 @@ class ObjectStoreStorage(Storage):
         """Build the client once, offline: a bad ``storage.*`` key fails at option time."""
         try:
             self.store  # noqa: B018 - builds and caches the client
+        except AwsFilesError:
+            raise  # the machine's files, not the options
         except StorageError as e:
             raise OptionError(f"{self.family}: the storage.* options do not configure a "
                               f"client: {e}", option="storage.*") from None
@@ -181,7 +202,7 @@ class ObjectStoreStorage(Storage):
         text = re.sub(r"<\?xml.*", "", text, flags=re.S).strip().rstrip(":")
         if code:
             text += f" ({code.group(1)}{': ' + message.group(1) if message else ''})"
-        for secret in self.options.secrets():
+        for secret in [*self.options.secrets(), *profile_secrets()]:
             if secret:
                 text = text.replace(secret, "***")
         return text[:600]
@@ -211,21 +232,21 @@ class ObjectStoreStorage(Storage):
             raise FileNotFoundError(2, f"{op}: not found", where) from None
         except UnauthenticatedError as e:
             raise StorageError(
-                f"{self.kind}: {op} {where} was refused: the credentials were not accepted "
-                f"({self._clean(e)}); check storage.accessKeyId/secretAccessKey (or "
-                "AWS_ACCESS_KEY_ID, the instance role, GOOGLE_APPLICATION_CREDENTIALS, "
-                "AZURE_STORAGE_*)") from None
+                f"{self.kind}: {op} {where} was refused: the credentials{self._from()} were "
+                f"not accepted ({self._clean(e)}); check storage.accessKeyId/secretAccessKey "
+                "(or AWS_ACCESS_KEY_ID, the AWS profile, the instance role, "
+                "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*)") from None
         except PermissionDeniedError as e:
             text = self._clean(e)
             if _credentials_refused(text):
                 raise StorageError(
-                    f"{self.kind}: {op} {where} was refused: the credentials were not "
-                    f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or "
-                    "AWS_ACCESS_KEY_ID, the instance role, GOOGLE_APPLICATION_CREDENTIALS, "
-                    "AZURE_STORAGE_*)") from None
+                    f"{self.kind}: {op} {where} was refused: the credentials{self._from()} "
+                    f"were not accepted ({text}); check storage.accessKeyId/secretAccessKey "
+                    "(or AWS_ACCESS_KEY_ID, the AWS profile, the instance role, "
+                    "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*)") from None
             cause = "" if "(" in text.rsplit(":", 1)[-1] else (
                 "the answer gave no reason (as for every HEAD request): either the "
-                "credentials are wrong or ")
+                f"credentials{self._from()} are wrong or ")
             raise StorageError(
                 f"{self.kind}: {op} {where} was denied ({text}); {cause}the role needs list, "
                 "get, put and delete on this prefix (docs/deploying.md lists them)") from None
@@ -237,9 +258,9 @@ class ObjectStoreStorage(Storage):
                 raise StorageError(self._no_credentials(op, where, text)) from None
             if _credentials_refused(text):
                 raise StorageError(
-                    f"{self.kind}: {op} {where} was refused: the credentials were not "
-                    f"accepted ({text}); check storage.accessKeyId/secretAccessKey (or the "
-                    "provider's environment and identity)") from None
+                    f"{self.kind}: {op} {where} was refused: the credentials{self._from()} "
+                    f"were not accepted ({text}); check storage.accessKeyId/secretAccessKey "
+                    "(or the provider's environment, profile and identity)") from None
             if "builder error" in text:
                 raise StorageError(
                     f"{self.kind}: {op} {where}: the client refused the endpoint "
@@ -252,14 +273,19 @@ class ObjectStoreStorage(Storage):
                     "check storage.endpoint, the network and the proxy") from None
             raise StorageError(f"{self.kind}: {op} {where} failed: {text}") from None
 
+    def _from(self) -> str:
+        source = _CREDENTIALS_FROM.get((self.identity(), self.options))
+        return f" (from the AWS {source})" if source else ""
+
     def _no_credentials(self, op: str, where: str, text: str) -> str:
         """The client found no credentials and fell back to the instance identity, whose
         metadata endpoint gave none (refused, timed out, or no identity there)."""
-        options, env, identity = _CREDENTIAL_SOURCES[self.provider]
+        options, env, identity = CREDENTIAL_SOURCES[self.provider]
+        files = f", nor in {aws_files_looked_at()}" if self.provider == "s3" else ""
         return (f"{self.kind}: {op} {where}: no credentials were found. None in the storage.* "
-                f"options ({options}) nor in the environment ({env}), and the instance "
-                f"identity ({identity}) gave none: its metadata endpoint did not answer with "
-                f"credentials ({text}). Give credentials in one of those places "
+                f"options ({options}) nor in the environment ({env}){files}, and the "
+                f"instance identity ({identity}) gave none: its metadata endpoint did not "
+                f"answer with credentials ({text}). Give credentials in one of those places "
                 "(docs/deploying.md, \"Credentials and endpoints\")")
 
     def _missing_bucket(self, text: str) -> str:
@@ -398,27 +424,6 @@ class ObjectStoreStorage(Storage):
 def _unknown_key(message: str) -> str:
     m = re.search(r"[Kk]ey:?\s*['\"`]([^'\"`]+)['\"`]", message)
     return m.group(1) if m else "?"
-
-
-#: Where each provider's client looks for credentials, in order: for the error that says none
-#: was found (the last place, the instance identity, fails with a request to the cloud
-#: metadata endpoint, which names neither the missing credentials nor the other places).
-_CREDENTIAL_SOURCES = {
-    "s3": ("storage.accessKeyId and storage.secretAccessKey, storage.sessionToken",
-           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; "
-           "AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-           "an EC2 instance profile, asked at the metadata endpoint 169.254.169.254 or "
-           "AWS_METADATA_ENDPOINT"),
-    "gcs": ("storage.serviceAccountPath or storage.serviceAccountKey",
-            "GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT_PATH, "
-            "GOOGLE_SERVICE_ACCOUNT_KEY",
-            "the GCE/GKE metadata server's service account (workload identity)"),
-    "azure": ("storage.accountKey or storage.sasToken, with storage.accountName",
-              "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
-              "AZURE_STORAGE_SAS_KEY; AZURE_STORAGE_CLIENT_ID, AZURE_STORAGE_CLIENT_SECRET and "
-              "AZURE_STORAGE_TENANT_ID; AZURE_FEDERATED_TOKEN_FILE",
-              "an Azure managed identity, asked at the metadata endpoint 169.254.169.254"),
-}
 
 
 def _asked_identity(text: str) -> bool:

@@ -4,8 +4,9 @@ Every connector that keeps state or output in a directory (``walPath``, the file
 ``path``) takes the same ``storage.*`` options. They only add to what the store's own
 provider chain finds: the standard environment variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
-``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...), instance and
-workload identity (EC2/ECS/EKS roles, GKE workload identity, Azure managed identity).
+``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...), the AWS CLI's
+shared files and ``AWS_PROFILE`` (``credentials.py``), instance and workload identity
+(EC2/ECS/EKS roles, GKE workload identity, Azure managed identity).
 
 Besides the named options below, ``storage.<key>`` passes any configuration key of the
 object store client (obstore, i.e. Rust's ``object_store``) through, e.g.
