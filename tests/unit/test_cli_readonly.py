@@ -1,4 +1,5 @@
-"""Read-only commands never write (issue 41, item 1; docs/design.md, "The guarantee and what it rests on"):
+"""Read-only commands never write (issue 41, item 1; docs/design.md, "The guarantee and what
+it rests on"):
 ``sink status`` on a SQLite file that does not exist used to leave an empty database file
 behind (sqlite creates one on connect); now it says the file does not exist and creates
 nothing, and on one that exists it opens it read-only. ``wal show`` and ``files status``
