@@ -46,7 +46,7 @@ def _produce(cfg: dict, lines: int, seed: int = 5):
 
     create_topic(cfg["bootstrap"], cfg["in_topic"], 4)
     create_topic(cfg["bootstrap"], cfg["out_topic"], 2)
-    return demo._quiet_produce(cfg["bootstrap"], cfg["in_topic"], lines, random.Random(seed))
+    return demo.produce_lines(cfg["bootstrap"], cfg["in_topic"], lines, 4, random.Random(seed))
 
 
 def _assert_exact(cfg: dict, truth) -> None:

@@ -33,11 +33,23 @@ class TempMariaDB:
         self.port = free_port()
         self.url = f"mysql+pymysql://root@127.0.0.1:{self.port}/test"
         self._proc: subprocess.Popen[bytes] | None = None
-        subprocess.run(
-            [self.install, "--no-defaults", f"--datadir={self.data}", "--user=root",
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
-            check=True, capture_output=True,
-        )
+        self._install_db()
+
+    def _install_db(self) -> None:
+        """``mariadb-install-db`` into a new data directory; asked once more if it fails
+        (seen once with two test workers bootstrapping at the same moment), then an error
+        with its own last words."""
+        argv = [self.install, "--no-defaults", f"--datadir={self.data}", "--user=root",
+                "--auth-root-authentication-method=normal", "--skip-test-db"]
+        for attempt in (1, 2):
+            out = subprocess.run(argv, capture_output=True, text=True)
+            if out.returncode == 0:
+                return
+            shutil.rmtree(self.data, ignore_errors=True)
+            if attempt == 2:
+                said = (out.stderr or out.stdout).strip().splitlines()[-8:]
+                raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}): "
+                                   + " | ".join(said))
 
     def start(self, timeout: float = 60.0) -> TempMariaDB:
         import pymysql
