@@ -62,7 +62,7 @@ def registry() -> tuple[str, Any]:
 
 def schema_of_struct(spark: Any) -> dict[str, Any]:
     """The Avro schema our sink derives from the struct (the one both sides use)."""
-    from connectors.kafka.registry.sink_formats import avro_schema
+    from connectors.kafka.registry.avro_schema import avro_schema
     from connectors.spark.sink_adapter import arrow_schema
 
     df = spark.range(1).selectExpr(STRUCT + " as value")

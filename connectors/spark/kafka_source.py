@@ -41,8 +41,8 @@ from connectors.core import failpoints
 from connectors.core.declared import spark_names
 from connectors.core.options import OptionReader
 from connectors.kafka.common import SHARED_OPTIONS
-from connectors.kafka.registry import formats as formats_schema
-from connectors.kafka.registry.formats import SourceFormats
+from connectors.kafka.registry import source_formats as formats_schema
+from connectors.kafka.registry.source_formats import SourceFormats
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 from connectors.kafka.source.offsets import TP, OffsetRange, clamp_offsets, total_records
 from connectors.kafka.source.planner import KafkaPlanner, KafkaSourceOptions

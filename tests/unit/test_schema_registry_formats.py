@@ -16,13 +16,10 @@ import pytest
 
 from connectors.core.declared import docs_table
 from connectors.core.errors import OptionError
-from connectors.kafka.registry.avro import (
-    AvroDecoder,
-    DecodeError,
-    SchemaNotRepresentable,
-    arrow_type,
-)
+from connectors.kafka.registry.avro import AvroDecoder
+from connectors.kafka.registry.avro_schema import arrow_type
 from connectors.kafka.registry.client import RegistrySpec
+from connectors.kafka.registry.framing import DecodeError, SchemaNotRepresentable
 from connectors.kafka.source.format_options import FORMAT_OPTIONS
 from connectors.kafka.source.options import KafkaSourceOptions
 
@@ -367,7 +364,8 @@ def test_sink_docs_table_is_generated_from_the_declaration() -> None:
 def test_spark_columns_encode_and_decode_back_the_same(seed: int) -> None:
     """Random nested Spark types: our encoder's bytes, decoded by fastavro itself and by our
     decoder, give the rows back."""
-    from connectors.kafka.registry.sink_formats import AvroEncoder, ColumnEncoding, avro_schema
+    from connectors.kafka.registry.avro import AvroEncoder
+    from connectors.kafka.registry.avro_schema import avro_schema
 
     rng = random.Random(seed)
     names: list[int] = []
@@ -376,7 +374,7 @@ def test_spark_columns_encode_and_decode_back_the_same(seed: int) -> None:
     t = arrow_type(schema)
     rows = pa.array([_random_value(rng, schema) for _ in range(20)] + [None], type=t)
     writer = avro_schema(t, "topLevelRecord")
-    enc = AvroEncoder(ColumnEncoding("value", "s", json.dumps(writer), 4))
+    enc = AvroEncoder("value", json.dumps(writer), 4)
     framed = enc.encode(rows)
     assert framed.null_count == 1 and framed[0].as_py()[:5] == b"\x00\x00\x00\x00\x04"
     back = AvroDecoder("value", json.dumps(writer), 4, lambda i: None).decode(framed, str)
@@ -477,7 +475,8 @@ def test_the_fast_path_leaves_other_schema_ids_and_bad_records_to_fastavro() -> 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_c_encoder_writes_the_bytes_fastavro_writes(seed: int) -> None:
     from connectors.kafka.registry import avro
-    from connectors.kafka.registry.sink_formats import AvroEncoder, ColumnEncoding, avro_schema
+    from connectors.kafka.registry.avro import AvroEncoder
+    from connectors.kafka.registry.avro_schema import avro_schema
 
     if avro._avro_decode is None:
         pytest.skip("the _avro_decode extension is not built")
@@ -489,8 +488,8 @@ def test_the_c_encoder_writes_the_bytes_fastavro_writes(seed: int) -> None:
     records[rng.randrange(40)] = None
     rows = pa.array(records, type=t)
     for writer in (avro_schema(t, "topLevelRecord"), schema):
-        fast = AvroEncoder(ColumnEncoding("value", "s", json.dumps(writer), 11))
-        slow = AvroEncoder(ColumnEncoding("value", "s", json.dumps(writer), 11))
+        fast = AvroEncoder("value", json.dumps(writer), 11)
+        slow = AvroEncoder("value", json.dumps(writer), 11)
         slow._fast = None
         try:
             want = slow.encode(rows)
@@ -506,7 +505,7 @@ def test_the_c_encoder_writes_the_bytes_fastavro_writes(seed: int) -> None:
 
 
 def test_dlq_keeps_a_bad_record_as_a_row_with_its_error_and_bytes() -> None:
-    from connectors.kafka.registry.formats import (
+    from connectors.kafka.registry.source_formats import (
         ColumnFormat,
         SourceFormats,
         arrow_schema,
@@ -614,8 +613,7 @@ def test_json_schema_records_validate_and_read_back_through_the_source_decoder()
 
     import jsonschema
 
-    from connectors.kafka.registry.json_schema import JsonSchemaDecoder
-    from connectors.kafka.registry.json_schema_sink import JsonEncoder, json_schema
+    from connectors.kafka.registry.json_schema import JsonEncoder, JsonSchemaDecoder, json_schema
 
     t = pa.struct([
         pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
@@ -658,7 +656,7 @@ def test_json_schema_records_validate_and_read_back_through_the_source_decoder()
 ])
 def test_json_schema_refuses_types_it_cannot_keep(t: pa.DataType, message: str) -> None:
     from connectors.core.errors import KafkaSinkError
-    from connectors.kafka.registry.json_schema_sink import json_schema
+    from connectors.kafka.registry.json_schema import json_schema
 
     with pytest.raises(KafkaSinkError, match=message):
         json_schema(t, "X", "value")
@@ -666,7 +664,7 @@ def test_json_schema_refuses_types_it_cannot_keep(t: pa.DataType, message: str) 
 
 def test_a_nan_has_no_json_form_and_says_so() -> None:
     from connectors.core.errors import KafkaSinkError
-    from connectors.kafka.registry.json_schema_sink import JsonEncoder
+    from connectors.kafka.registry.json_schema import JsonEncoder
 
     t = pa.struct([pa.field("x", pa.float64())])
     with pytest.raises(KafkaSinkError, match="NaN and infinities"):

@@ -16,8 +16,7 @@ from google.protobuf import descriptor_pb2, message_factory
 from connectors.core.errors import KafkaSinkError
 from connectors.kafka.registry import protobuf as pb
 from connectors.kafka.registry import protobuf_schema as ps
-from connectors.kafka.registry import protobuf_sink as pk
-from connectors.kafka.registry.avro import DecodeError, SchemaNotRepresentable
+from connectors.kafka.registry.framing import DecodeError, SchemaNotRepresentable
 
 pytest.importorskip("grpc_tools")
 
@@ -213,7 +212,7 @@ def test_bad_records_fail_naming_topic_partition_offset_and_schema_id(data: byte
 
 
 def test_onDecodeError_dlq_keeps_the_bad_row() -> None:
-    from connectors.kafka.registry.formats import DECODE_ERROR, _decode_keeping_errors
+    from connectors.kafka.registry.source_formats import DECODE_ERROR, _decode_keeping_errors
 
     dec = _decoder('syntax = "proto3"; message R { int64 id = 1; }')
     good = _framed(1, [0], _class(_compiled('syntax = "proto3"; message R { int64 id = 1; }'),
@@ -247,8 +246,8 @@ SPARK = pa.struct([
 
 
 def test_the_sinks_proto3_of_a_spark_type_compiles_and_reads_back_as_the_same_type() -> None:
-    fdp = pk.file_descriptor(SPARK, "Trade", "eo.test", "value")
-    desc = pk.message_of(pk.registered_text(fdp))
+    fdp = ps.file_descriptor(SPARK, "Trade", "eo.test", "value")
+    desc = pb.message_of(ps.registered_text(fdp))
     assert desc.full_name == "eo.test.Trade"
     assert desc.fields_by_name["name"].has_presence  # proto3 optional
     assert not desc.fields_by_name["id"].has_presence
@@ -270,7 +269,7 @@ def test_the_sinks_proto3_of_a_spark_type_compiles_and_reads_back_as_the_same_ty
 def test_types_protobuf_cannot_express_are_refused_naming_the_column(t: pa.DataType,
                                                                      match: str) -> None:
     with pytest.raises(KafkaSinkError, match=match):
-        pk.file_descriptor(t, "R", "", "value")
+        ps.file_descriptor(t, "R", "", "value")
 
 
 def _rows(n: int) -> list[dict[str, Any]]:
@@ -283,9 +282,9 @@ def _rows(n: int) -> list[dict[str, Any]]:
 
 
 def test_sink_records_round_trip_through_the_source_decoder_exactly() -> None:
-    fdp = pk.file_descriptor(SPARK, "Trade", "eo.test", "value")
-    text = pk.registered_text(fdp)
-    enc = pk.ProtobufEncoder("value", text, 12)
+    fdp = ps.file_descriptor(SPARK, "Trade", "eo.test", "value")
+    text = ps.registered_text(fdp)
+    enc = pb.ProtobufEncoder("value", text, 12)
     rows: list[Any] = _rows(50)
     rows[7] = None
     arr = pa.array(rows, SPARK)
@@ -299,16 +298,16 @@ def test_sink_records_round_trip_through_the_source_decoder_exactly() -> None:
 
 def test_a_null_array_element_fails_naming_the_column_and_the_schema_id() -> None:
     t = pa.struct([("tags", pa.list_(pa.string()))])
-    enc = pk.ProtobufEncoder("value", pk.registered_text(pk.file_descriptor(t, "R", "", "v")), 3)
+    enc = pb.ProtobufEncoder("value", ps.registered_text(ps.file_descriptor(t, "R", "", "v")), 3)
     with pytest.raises(KafkaSinkError, match=r"id 3\).*value\.tags holds a null element"):
         enc.encode(pa.array([{"tags": ["a", None]}], t))
 
 
 def test_use_latest_version_refuses_a_column_the_message_does_not_have() -> None:
-    desc = pk.message_of(pk.registered_text(pk.file_descriptor(
+    desc = pb.message_of(ps.registered_text(ps.file_descriptor(
         pa.struct([("a", pa.int64())]), "R", "", "value")))
     with pytest.raises(KafkaSinkError, match=r"value\.b has no field in the Protobuf message R"):
-        pk.plan(desc, pa.struct([("a", pa.int64()), ("b", pa.string())]), "value")
+        pb.plan(desc, pa.struct([("a", pa.int64()), ("b", pa.string())]), "value")
 
 
 # -- micro benchmark (a figure for the docs, no target) ------------------------------------
@@ -322,8 +321,8 @@ def test_micro_benchmark_ten_field_message(capsys: pytest.CaptureFixture[str]) -
     arr = pa.array([{"id": i, "n": i % 1000, "s1": "symbol", "s2": f"account-{i % 97}",
                      "d": i * 0.5, "b": i % 2 == 0, "o": None if i % 3 else "x", "ts": stamp,
                      "f": 1.25, "l": None if i % 5 else i} for i in range(n)], t)
-    fdp = pk.file_descriptor(t, "Ten", "", "value")
-    enc = pk.ProtobufEncoder("value", pk.registered_text(fdp), 1)
+    fdp = ps.file_descriptor(t, "Ten", "", "value")
+    enc = pb.ProtobufEncoder("value", ps.registered_text(fdp), 1)
     began = time.perf_counter()
     framed = enc.encode(arr)
     enc_rate = n / (time.perf_counter() - began)
@@ -338,7 +337,7 @@ def test_micro_benchmark_ten_field_message(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_descriptor_proto_names_are_fully_qualified() -> None:
-    fdp = pk.file_descriptor(SPARK, "Trade", "eo.test", "value")
+    fdp = ps.file_descriptor(SPARK, "Trade", "eo.test", "value")
     msg = fdp.message_type[0]
     inner = next(f for f in msg.field if f.name == "inner")
     assert inner.type == descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE

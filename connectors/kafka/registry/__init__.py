@@ -1,3 +1,3 @@
 """Schema Registry formats of the Kafka source and sink (docs/schema-registry.md): the
-Confluent wire format (magic byte 0, a 4-byte big-endian schema id, the payload), the
-registry client, and the Avro codec between payloads and Arrow columns. No Spark import."""
+Confluent wire format, the registry client, and one module per format (Avro, JSON Schema,
+Protobuf) holding both directions, named in the table of :mod:`.serde`. No Spark import."""

@@ -1,15 +1,16 @@
-"""Avro in the Confluent wire format <-> Arrow columns (executor side, no network but the
-registry lookup of a writer schema id a worker has not seen yet).
+"""Avro in the Confluent wire format <-> Arrow columns, both directions (executor side, no
+network but the registry lookup of a writer schema id a worker has not seen yet); the type
+mappings are in :mod:`~connectors.kafka.registry.avro_schema`.
 
-- :func:`arrow_type`: the Arrow (and so Spark) type of an Avro schema, with Spark's own
-  ``from_avro`` mapping (docs/schema-registry.md, "Type mapping"; a union of several
-  non-null types is a struct of ``member0``, ``member1``..., :mod:`avro_unions`); a schema
-  that Spark types cannot represent (a recursive record) is refused with the path of the
-  offending field;
-- :class:`AvroDecoder`: one binary column of framed records -> one Arrow array of the
-  reader schema's type. Each record's writer schema (its id) is resolved to the reader
+- :class:`AvroDecoder` (the source): one binary column of framed records -> one Arrow array
+  of the reader schema's type. Each record's writer schema (its id) is resolved to the reader
   schema with the Avro specification's resolution rules (fastavro implements them: added
   fields with defaults, removed fields, promotions, enum and union rules).
+- :class:`AvroEncoder` (the sink): one column -> framed records of the resolved writer
+  schema, one fastavro ``schemaless_writer`` call per record, or the C path below.
+- the format's entry points the table of :mod:`~connectors.kafka.registry.serde` names
+  (:func:`reader_schema`, :func:`reader_type`, :func:`decoder`, :func:`writer_schema`,
+  :func:`latest_writer`, :func:`encoder`).
 
 Why fastavro, per record (measured, docs/schema-registry.md "Decoder choice"): the
 Arrow-native Avro readers on PyPI read Avro *container files*. One of them
@@ -41,153 +42,33 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute in the fast path
 
-from connectors.core.errors import KafkaSourceError
+from connectors.core.errors import KafkaSinkError
 from connectors.kafka.registry import avro_unions
+from connectors.kafka.registry.avro_schema import (
+    READ_RAW,
+    arrow_type,
+    avro_schema,
+    record_name,
+    strip_raw_logical,
+)
+from connectors.kafka.registry.client import RegisteredSchema, RegistryClient
+from connectors.kafka.registry.framing import (
+    HEADER,
+    MAGIC,
+    DecodeError,
+    WriterSchema,
+    check_fits,
+    header,
+)
 
-try:  # the columnar fast path (setup.py builds it; optional)
+try:  # the columnar fast path, both directions (setup.py builds it; optional)
     from connectors.kafka.registry import _avro_decode  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - no C compiler at install time
     _avro_decode = None
 
-MAGIC = 0
-HEADER = 5
-TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
 
-#: Logical types whose Python objects (fastavro's ``UUID``, ``time``) Arrow would not take:
-#: they are written from and read as their underlying type, which is Spark's mapping too.
-_RAW_LOGICAL = frozenset({"uuid", "time-millis", "time-micros"})
-#: What the decoder also reads as the underlying int or long and converts in Arrow, column
-#: by column: no ``datetime`` per value, and the range is Arrow's, not Python's (a valid
-#: record dated after 9999 decodes; ``datetime`` would refuse it).
-_READ_RAW = _RAW_LOGICAL | {"date", "timestamp-millis", "timestamp-micros",
-                            "local-timestamp-millis", "local-timestamp-micros"}
-
-
-class SchemaNotRepresentable(KafkaSourceError):
-    """An Avro schema with no Spark SQL type (recursion, a union whose branches decode
-    alike)."""
-
-
-class DecodeError(KafkaSourceError):
-    """A record that cannot be decoded: which record, which schema, why."""
-
-
-# -- schema -> Arrow type ---------------------------------------------------------------------
-def arrow_type(schema: Any, where: str = "value", millis: bool = False) -> pa.DataType:
-    """The Arrow type of a parsed-JSON Avro schema (Spark's ``from_avro`` mapping);
-    ``millis``: ``*-millis`` timestamps as millisecond timestamps (the type the decoder
-    builds from the raw longs, then casts to microseconds)."""
-    return _arrow(schema, {}, (), where, None, millis)
-
-
-def _named(schema: Mapping[str, Any], namespace: str | None) -> str:
-    name = str(schema.get("name", ""))
-    ns = schema.get("namespace", namespace)
-    return name if "." in name or not ns else f"{ns}.{name}"
-
-
-def _arrow(schema: Any, names: dict[str, Any], stack: tuple[str, ...], path: str,
-           namespace: str | None = None, millis: bool = False) -> pa.DataType:
-    if isinstance(schema, list):
-        branches = [b for b in schema if b != "null"]
-        if len(branches) == 1:
-            return _arrow(branches[0], names, stack, path, namespace, millis)
-        if not branches:
-            raise SchemaNotRepresentable(
-                f"eo_kafka: the Avro schema of {path} is a union of null only; Spark has no "
-                "column type for it")
-        members = [_arrow(b, names, stack, f"{path}.member{i}", namespace, millis)
-                   for i, b in enumerate(branches)]  # first: names the branches define
-        try:
-            avro_unions.check_distinct(branches, names, namespace, path)
-        except ValueError as e:
-            raise SchemaNotRepresentable(str(e)) from None
-        return avro_unions.union_type(members)
-    if isinstance(schema, str):
-        primitive = _PRIMITIVES.get(schema)
-        if primitive is not None:
-            return primitive
-        full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
-        for key in (full, schema):
-            if key in stack:
-                raise SchemaNotRepresentable(
-                    f"eo_kafka: the Avro schema of {path} is recursive (record {key!r} "
-                    "contains itself); Spark SQL types cannot represent recursion")
-            if key in names:
-                return _arrow(names[key], names, stack, path, namespace, millis)
-        raise SchemaNotRepresentable(f"eo_kafka: {path} names an unknown Avro type {schema!r}")
-    if not isinstance(schema, Mapping):
-        raise SchemaNotRepresentable(f"eo_kafka: {path} has an invalid Avro schema {schema!r}")
-    kind = schema.get("type")
-    logical = schema.get("logicalType")
-    if kind == "record" or kind == "error":
-        full = _named(schema, namespace)
-        names[full] = schema
-        ns = full.rsplit(".", 1)[0] if "." in full else namespace
-        fields = [
-            pa.field(f["name"], _arrow(f["type"], names, (*stack, full),
-                                       f"{path}.{f['name']}", ns, millis))
-            for f in schema.get("fields", [])
-        ]
-        return pa.struct(fields)
-    if kind == "enum":
-        names[_named(schema, namespace)] = schema
-        return pa.string()
-    if kind == "fixed":
-        names[_named(schema, namespace)] = schema
-        if logical == "decimal":
-            return _decimal(schema, path)
-        return pa.binary()
-    if kind == "array":
-        return pa.list_(_arrow(schema["items"], names, stack, path + "[]", namespace, millis))
-    if kind == "map":
-        return pa.map_(pa.string(), _arrow(schema["values"], names, stack, path + "{}",
-                                           namespace, millis))
-    if isinstance(kind, (str, list, dict)):
-        if logical == "decimal" and kind == "bytes":
-            return _decimal(schema, path)
-        if logical == "date" and kind == "int":
-            return pa.date32()
-        unit = "ms" if millis and str(logical).endswith("-millis") else "us"
-        if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
-            return pa.timestamp(unit, tz="UTC")
-        if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
-            return pa.timestamp(unit)
-        return _arrow(kind, names, stack, path, namespace, millis)
-    raise SchemaNotRepresentable(f"eo_kafka: {path} has an invalid Avro schema {schema!r}")
-
-
-def _decimal(schema: Mapping[str, Any], path: str) -> pa.DataType:
-    precision, scale = int(schema.get("precision", 0)), int(schema.get("scale", 0))
-    if not 0 < precision <= 38 or not 0 <= scale <= precision:
-        raise SchemaNotRepresentable(
-            f"eo_kafka: {path} is an Avro decimal({precision}, {scale}); Spark's decimals "
-            "take precision 1..38 and 0 <= scale <= precision")
-    return pa.decimal128(precision, scale)
-
-
-_PRIMITIVES: dict[str, pa.DataType] = {
-    "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
-    "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
-}
-
-
-def strip_raw_logical(schema: Any, raw: frozenset[str] = _RAW_LOGICAL) -> Any:
-    """``schema`` without the logical types in ``raw``, for fastavro to read and write as
-    their underlying type (by default uuid and time-*)."""
-    if isinstance(schema, list):
-        return [strip_raw_logical(s, raw) for s in schema]
-    if isinstance(schema, Mapping):
-        out = {k: strip_raw_logical(v, raw) if k in ("type", "items", "values") else v
-               for k, v in schema.items() if not (k == "logicalType" and v in raw)}
-        if "fields" in schema:
-            out["fields"] = [{**f, "type": strip_raw_logical(f["type"], raw)}
-                             for f in schema["fields"]]
-        return out
-    return schema
-
-
-# -- decoding ----------------------------------------------------------------------------------
+# -- the C path's program ---------------------------------------------------------------------
+#: A writer schema's JSON text by its id (None: the registry has no such id)
 WriterLookup = Callable[[int], "str | None"]
 
 _OPS = {"boolean": 1, "int": 2, "long": 3, "float": 4, "double": 5, "string": 6, "bytes": 7}
@@ -227,6 +108,9 @@ def fast_program(schema: Any) -> tuple[bytes, tuple[str | None, ...]] | None:
     return (bytes(ops), tuple(logicals)) if ops else None
 
 
+
+
+# -- decoding (the source) ---------------------------------------------------------------------
 class AvroDecoder:
     """Decodes one column (``key`` or ``value``) of framed Avro records into the reader
     schema's Arrow type. ``writer_schema(id)`` returns a writer schema's JSON text (None
@@ -242,7 +126,7 @@ class AvroDecoder:
         self.type = arrow_type(reader, column)
         self._read_type = arrow_type(reader, column, millis=True)
         self._reader_json = reader
-        self._reader = parse_schema(strip_raw_logical(reader, _READ_RAW), named_schemas={})
+        self._reader = parse_schema(strip_raw_logical(reader, READ_RAW), named_schemas={})
         self._reader_id = reader_id
         self._writer_schema = writer_schema
         self._fast = fast_program(reader) if _avro_decode is not None else None
@@ -267,7 +151,7 @@ class AvroDecoder:
                     f"{schema_id} is not in the schema registry; the record was written "
                     "with a schema of another registry, or the schema was deleted")
             writer_json = json.loads(text)
-            writer = parse_schema(strip_raw_logical(writer_json, _READ_RAW), named_schemas={})
+            writer = parse_schema(strip_raw_logical(writer_json, READ_RAW), named_schemas={})
             plan = (writer, None if writer_json == self._reader_json else self._reader)
         self._plans[schema_id] = plan
         return plan
@@ -366,3 +250,171 @@ class AvroDecoder:
             f"eo_kafka: cannot decode the {self.column} at {where} with schema id "
             f"{schema_id}{subject}: {kind}: {e}; the bytes are not an Avro record of "
             "that schema")
+
+
+# -- encoding (the sink) -----------------------------------------------------------------------
+class AvroEncoder:
+    """One column -> framed Avro bytes with the resolved writer schema."""
+
+    def __init__(self, column: str, schema: str, schema_id: int) -> None:
+        from fastavro import parse_schema
+
+        self.column = column
+        self.header = header(schema_id)
+        self.schema_id = schema_id
+        writer = json.loads(schema)
+        self._schema = parse_schema(strip_raw_logical(writer), named_schemas={})
+        fast = fast_program(writer) if _avro_decode is not None else None
+        self._fast = None if fast is None else (
+            fast[0], fast[1], tuple(f["name"] for f in writer["fields"]))
+
+    def encode(self, values: pa.Array) -> pa.Array:
+        if self._fast is not None and pa.types.is_struct(values.type) and len(values):
+            fast = self._encode_fast(values)
+            if fast is not None:
+                return fast
+        from fastavro import schemaless_writer
+
+        has_map = _has_map(values.type)
+        out: list[bytes | None] = []
+        for row in values.to_pylist():
+            if row is None:
+                out.append(None)
+                continue
+            buf = io.BytesIO()
+            buf.write(self.header)
+            try:
+                schemaless_writer(buf, self._schema, _dicts(row, values.type) if has_map else row)
+            except Exception as e:  # noqa: BLE001 - names the schema and the cause
+                raise KafkaSinkError(
+                    f"eo_kafka: a {self.column} does not fit its Avro schema (id "
+                    f"{self.schema_id}): {type(e).__name__}: {e}") from e
+            out.append(buf.getvalue())
+        return pa.array(out, pa.binary())
+
+    def _encode_fast(self, values: pa.StructArray) -> pa.Array | None:
+        """The C path for a flat record (``_avro_decode.encode``), or None for fastavro's
+        (a column that does not match the schema's type, a null in a non-null field)."""
+        if self._fast is None:
+            return None
+        program, logicals, names = self._fast
+        if values.offset:
+            values = pa.concat_arrays([values])
+        n = len(values)
+        fields = []
+        try:
+            for op, logical, name in zip(program, logicals, names, strict=True):
+                i = values.type.get_field_index(name)
+                if i < 0:
+                    return None
+                child = _storage(values.field(i), op & 0x0F, logical)
+                if child is None:
+                    return None
+                if child.offset:
+                    child = pa.concat_arrays([child])
+                b = child.buffers()
+                fields.append((b[0], b[1], None) if len(b) == 2 else (b[0], b[2] or b"", b[1]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+        out = _avro_decode.encode(program, n, self.header, values.buffers()[0], fields)
+        if isinstance(out, int):
+            return None
+        offsets, data = out
+        return pa.Array.from_buffers(pa.binary(), n, [values.buffers()[0], pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)])
+
+
+_FAST_STORAGE = {1: pa.bool_(), 2: pa.int32(), 3: pa.int64(), 4: pa.float32(),
+                 5: pa.float64(), 6: pa.string(), 7: pa.binary()}
+
+
+def _storage(arr: pa.Array, op: int, logical: str | None) -> pa.Array | None:
+    """``arr`` as the Arrow type the C encoder reads for ``op``, or None when it is not one
+    the schema's type takes as is (fastavro then converts or names the mismatch)."""
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        kinds = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                 "local-timestamp-micros")
+        if logical not in kinds or (t.tz is None) != str(logical).startswith("local"):
+            return None
+        unit = "ms" if logical.endswith("millis") else "us"
+        return arr.cast(pa.timestamp(unit, tz=t.tz), safe=False).cast(pa.int64())
+    if pa.types.is_date32(t):
+        return arr.cast(pa.int32()) if logical == "date" else None
+    if logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                   "local-timestamp-micros", "date"):
+        return None
+    want = _FAST_STORAGE[op]
+    if t == want:
+        return arr
+    if pa.types.is_integer(t) and pa.types.is_integer(want) and want.bit_width >= t.bit_width:
+        return arr.cast(want)
+    if (pa.types.is_large_string(t) and want == pa.string()) or (
+            pa.types.is_large_binary(t) and want == pa.binary()):
+        return arr.cast(want)
+    return None
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+def _dicts(value: Any, t: pa.DataType) -> Any:
+    """Arrow's maps (lists of pairs) as dicts, which fastavro's map writer takes."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        return {k: _dicts(v, t.item_type) for k, v in value}
+    if pa.types.is_struct(t):
+        return {f.name: _dicts(value.get(f.name), f.type) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_dicts(v, t.value_type) for v in value]
+    return value
+
+
+
+# -- the format (serde.FORMATS["avro"]) -------------------------------------------------------
+def reader_schema(client: RegistryClient, found: RegisteredSchema) -> str:
+    """The reader schema a query carries to its tasks: the registered text as it is."""
+    return found.schema
+
+
+def reader_type(schema: str, column: str) -> pa.DataType:
+    return arrow_type(json.loads(schema), column)
+
+
+def decoder(column: str, schema: str, schema_id: int | None, subject: str | None,
+            client: RegistryClient) -> AvroDecoder:
+    def writer_schema(schema_id: int) -> str | None:
+        found = client.schema_by_id(schema_id)
+        return None if found is None else found.schema
+
+    return AvroDecoder(column, schema, schema_id, writer_schema, subject)
+
+
+def writer_schema(t: pa.DataType, name: str, namespace: str, column: str) -> WriterSchema:
+    """The schema of a column's Spark type (:func:`~.avro_schema.avro_schema`)."""
+    derived = avro_schema(t, name, namespace)
+    return WriterSchema(json.dumps(derived), record_name(derived))
+
+
+def latest_writer(client: RegistryClient, found: RegisteredSchema, t: pa.DataType,
+                  column: str, subject: str) -> str:
+    """A subject's latest schema to write with, once the column is checked to fit it (every
+    field without a default is a column)."""
+    writer = json.loads(found.schema)
+    want = arrow_type(writer, column)
+    needed = {f["name"] for f in writer.get("fields", []) if "default" not in f} \
+        if isinstance(writer, Mapping) else set()
+    check_fits(t, want, needed, column, subject)
+    return found.schema
+
+
+def encoder(column: str, schema: str, schema_id: int) -> AvroEncoder:
+    return AvroEncoder(column, schema, schema_id)

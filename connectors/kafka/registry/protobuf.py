@@ -1,6 +1,6 @@
-"""Protobuf in the Confluent wire format -> Arrow columns (the source's
-``valueFormat=protobuf``; docs/schema-registry.md, "Protobuf"), and the wire framing both
-directions share.
+"""Protobuf in the Confluent wire format <-> Arrow columns, both directions (the source's and
+the sink's ``valueFormat=protobuf``; docs/schema-registry.md, "Protobuf"); the schema
+mappings are in :mod:`~connectors.kafka.registry.protobuf_schema`.
 
 A record is the magic byte 0, the 4-byte big-endian schema id, the **message indexes** (a
 zigzag varint count, then that many zigzag varint indexes: the path to the message in the
@@ -14,7 +14,11 @@ default (null where the reader's field has presence), a field the reader does no
 dropped, as protobuf itself reads an older or newer message. The top-level fields are
 gathered into one Python list per column and made into Arrow arrays at once (no pandas,
 no per-record Arrow calls). A record that does not decode fails the task naming topic,
-partition, offset and schema id (:class:`~connectors.kafka.registry.avro.DecodeError`).
+partition, offset and schema id (:class:`~connectors.kafka.registry.framing.DecodeError`).
+
+Writing (:class:`ProtobufEncoder`), each struct row is set field by field on a message of
+the writer schema (its setters planned once per column type) and serialized by upb; a row
+that does not fit the message fails the task naming the column and the schema id.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import pyarrow as pa
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 
+from connectors.core.errors import KafkaSinkError
 from connectors.kafka.registry import protobuf_schema as ps
-from connectors.kafka.registry.avro import HEADER, MAGIC, DecodeError
-from connectors.kafka.registry.client import RegistryError
+from connectors.kafka.registry.client import RegisteredSchema, RegistryClient, RegistryError
+from connectors.kafka.registry.framing import HEADER, MAGIC, DecodeError, WriterSchema, header
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -107,7 +112,7 @@ def reader_type(packed: str, column: str) -> pa.DataType:
     return ps.arrow_type(ps.message_at(unpack(packed), [0]), column)
 
 
-# -- decoding ---------------------------------------------------------------------------------
+# -- decoding (the source) --------------------------------------------------------------------
 Getter = Callable[[Any], Any]
 
 
@@ -237,3 +242,200 @@ def _convert(reader: FieldDescriptor, writer: FieldDescriptor | None) -> Getter:
         names = {v.number: v.name for v in reader.enum_type.values}
         return lambda v: names.get(v, str(v))
     return lambda v: v
+
+
+# -- encoding (the sink) ----------------------------------------------------------------------
+#: A schema with its imports (a packed ``FileDescriptorSet``): the subject's latest with its
+#: registry references, resolved on the driver for useLatestVersion.
+PACKED = "fds:"
+
+
+def message_of(schema: str) -> Descriptor:
+    """The first message of a schema: :data:`PACKED` with its imports, or a registered one
+    (base64 or ``.proto`` text; imports: the well-known files)."""
+    if schema.startswith(PACKED):
+        return ps.message_at(unpack(schema[len(PACKED):]), [0])
+    return ps.message_at(ps.build_pool(ps.file_proto(schema)), [0])
+
+
+Setter = Callable[[Any, Any], None]
+
+
+def plan(desc: Descriptor, t: pa.StructType, path: str) -> list[tuple[str, Setter]]:
+    """How each field of a struct value of type ``t`` is set on a message of ``desc``; a
+    column without a field of that name is an error naming it (checked on the driver)."""
+    out = []
+    for f in t:
+        field = desc.fields_by_name.get(f.name)
+        if field is None:
+            raise KafkaSinkError(
+                f"eo_kafka: {path}.{f.name} has no field in the Protobuf message "
+                f"{desc.full_name} (fields: {sorted(desc.fields_by_name)}); drop or rename it")
+        out.append((f.name, _setter(field, f.type, f"{path}.{f.name}")))
+    return out
+
+
+def _setter(field: FieldDescriptor, t: pa.DataType, path: str) -> Setter:
+    name = field.name
+    if ps.is_map(field):
+        vfield = field.message_type.fields_by_name["value"]
+        if vfield.message_type is not None:
+            inner = _message_filler(vfield, t.item_type, path + "{}")
+
+            def map_msg(msg: Any, v: Any) -> None:
+                m = getattr(msg, name)
+                for k, x in v:
+                    inner(m[k], x)
+            return map_msg
+
+        def map_scalar(msg: Any, v: Any) -> None:
+            m = getattr(msg, name)
+            for k, x in v:
+                if x is None:
+                    raise ValueError(f"{path} holds a null map value (key {k!r})")
+                m[k] = x
+        return map_scalar
+    if ps.is_repeated(field):
+        if field.message_type is not None:
+            inner = _message_filler(field, t.value_type, path + "[]")
+
+            def rep_msg(msg: Any, v: Any) -> None:
+                rep = getattr(msg, name)
+                for x in v:
+                    if x is None:
+                        raise ValueError(f"{path} holds a null element")
+                    inner(rep.add(), x)
+            return rep_msg
+
+        def rep_scalar(msg: Any, v: Any) -> None:
+            if None in v:
+                raise ValueError(f"{path} holds a null element")
+            getattr(msg, name).extend(v)
+        return rep_scalar
+    if field.message_type is not None:
+        fill = _message_filler(field, t, path)
+        return lambda msg, v: fill(getattr(msg, name), v)
+    return lambda msg, v: setattr(msg, name, v)
+
+
+def _message_filler(field: FieldDescriptor, t: pa.DataType, path: str) -> Setter:
+    full = field.message_type.full_name
+    if full == ps.TIMESTAMP:
+        def stamp(m: Any, v: Any) -> None:
+            micros = v if isinstance(v, int) else _micros(v)
+            m.seconds, m.nanos = micros // 1_000_000, (micros % 1_000_000) * 1000
+        return stamp
+    if full in ps.WRAPPERS:
+        def wrapped(m: Any, v: Any) -> None:
+            m.value = v
+        return wrapped
+    if not pa.types.is_struct(t):
+        raise KafkaSinkError(f"eo_kafka: {path} is {t}, but the Protobuf field is the message "
+                             f"{full}; give a struct")
+    setters = plan(field.message_type, t, path)
+
+    def fill(m: Any, v: Any) -> None:
+        m.SetInParent()
+        for n, s in setters:
+            x = v.get(n)
+            if x is not None:
+                s(m, x)
+    return fill
+
+
+def _micros(v: Any) -> int:
+    import datetime as dt
+
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    d = v - epoch
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+class ProtobufEncoder:
+    """One struct column -> framed Protobuf records with the resolved writer schema."""
+
+    def __init__(self, column: str, schema: str, schema_id: int,
+                 t: pa.DataType | None = None) -> None:
+        self.column = column
+        self.schema_id = schema_id
+        desc = message_of(schema)
+        self.header = header(schema_id) + encode_indexes(ps.index_path(desc))
+        self._cls = message_factory.GetMessageClass(desc)
+        self._type = t
+        self._plan = plan(desc, t, column) if t is not None and pa.types.is_struct(t) else []
+
+    def encode(self, values: pa.Array) -> pa.Array:
+        if values.type != self._type:  # planned once per column type, not per batch
+            if not pa.types.is_struct(values.type):
+                raise KafkaSinkError(f"eo_kafka: {self.column}Format=protobuf needs a struct "
+                                     f"column, got {values.type}")
+            self._plan = plan(self._cls.DESCRIPTOR, values.type, self.column)
+            self._type = values.type
+        cls, setters, header = self._cls, self._plan, self.header
+        if any(pa.types.is_timestamp(f.type) for f in values.type):
+            values = _stamps_as_micros(values)
+        out: list[bytes | None] = []
+        for row in values.to_pylist():
+            if row is None:
+                out.append(None)
+                continue
+            msg = cls()
+            try:
+                for n, s in setters:
+                    x = row[n]
+                    if x is not None:
+                        s(msg, x)
+            except (ValueError, TypeError) as e:
+                raise KafkaSinkError(
+                    f"eo_kafka: a {self.column} does not fit its Protobuf schema (id "
+                    f"{self.schema_id}): {type(e).__name__}: {e}") from e
+            out.append(header + msg.SerializeToString())
+        return pa.array(out, pa.binary())
+
+
+def _stamps_as_micros(values: pa.StructArray) -> pa.StructArray:
+    """Top-level timestamps as int64 microseconds (no datetime per record)."""
+    children = []
+    for f, child in zip(values.type, values.flatten(), strict=True):
+        if pa.types.is_timestamp(f.type):
+            child = child.cast(pa.timestamp("us", tz=f.type.tz), safe=False).cast(pa.int64())
+        children.append(child)
+    return pa.StructArray.from_arrays(
+        children, names=[f.name for f in values.type],
+        mask=values.is_null() if values.null_count else None)
+
+# -- the format (serde.FORMATS["protobuf"]) ---------------------------------------------------
+def reader_schema(client: RegistryClient, found: RegisteredSchema) -> str:
+    """The reader schema a query carries to its tasks: self-contained, its imports (the
+    registry references) packed with it (:func:`pack`)."""
+    return pack(ps.registered_files(client, found))
+
+
+def decoder(column: str, schema: str, schema_id: int | None, subject: str | None,
+            client: RegistryClient) -> ProtobufDecoder:
+    def writer_file(schema_id: int) -> FileDescriptor | None:
+        found = client.schema_by_id(schema_id)
+        return None if found is None else ps.build_pool(ps.registered_files(client, found))
+
+    return ProtobufDecoder(column, schema, schema_id, writer_file, subject)
+
+
+def writer_schema(t: pa.DataType, name: str, namespace: str, column: str) -> WriterSchema:
+    """The proto3 file of a struct column (:func:`~.protobuf_schema.file_descriptor`), and
+    its message's full name."""
+    fdp = ps.file_descriptor(t, name, namespace, column)
+    record = f"{fdp.package}.{name}" if fdp.package else name
+    return WriterSchema(ps.registered_text(fdp), record)
+
+
+def latest_writer(client: RegistryClient, found: RegisteredSchema, t: pa.DataType,
+                  column: str, subject: str) -> str:
+    """A subject's latest schema (:data:`PACKED` with its references) to write with, once
+    every field of the column is checked to have a field in its message."""
+    text = PACKED + pack(ps.registered_files(client, found))
+    plan(message_of(text), t, column)  # it fits
+    return text
+
+
+def encoder(column: str, schema: str, schema_id: int) -> ProtobufEncoder:
+    return ProtobufEncoder(column, schema, schema_id)

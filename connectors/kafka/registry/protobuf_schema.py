@@ -1,5 +1,6 @@
-"""Protobuf schemas of a Schema Registry -> descriptors and Spark (Arrow) types (the
-source's ``valueFormat=protobuf``; docs/schema-registry.md, "Protobuf").
+"""Protobuf schemas <-> descriptors and Spark (Arrow) types, both directions (the source's
+and the sink's ``valueFormat=protobuf``; docs/schema-registry.md, "Protobuf"); the codec
+that uses them is :mod:`~connectors.kafka.registry.protobuf`.
 
 A registry serves a Protobuf schema (``schemaType`` ``PROTOBUF``) in one of two forms, and
 both are read:
@@ -15,7 +16,7 @@ both are read:
 Imports are the schema's registry references (each fetched by subject and version), and the
 ``google/protobuf/*.proto`` well-known files, which the ``protobuf`` package ships.
 
-The Spark type of a message (:func:`arrow_type`):
+**Reading.** The Spark type of a message (:func:`arrow_type`):
 
 | Protobuf | Spark SQL |
 |---|---|
@@ -34,6 +35,30 @@ The Spark type of a message (:func:`arrow_type`):
 | an absent proto3 scalar without presence | its default (0, `""`, false, the first enum \
 value), as protobuf reads it |
 | a recursive message | refused, naming the message |
+
+**Writing.** The schema of a struct column (:func:`file_descriptor`, proto3, the inverse
+of the reading mapping above): one message named ``avroRecordName`` in package
+``avroRecordNamespace``, its fields numbered 1, 2, ... in the struct's order:
+
+| Spark SQL | Protobuf |
+|---|---|
+| `struct` | a nested message (named after the field, CamelCase) |
+| `tinyint`, `smallint`, `int` / `bigint` | `int32` / `int64` |
+| `float`, `double`, `boolean`, `string`, `binary` | `float`, `double`, `bool`, `string`, `bytes` |
+| `timestamp` | `google.protobuf.Timestamp` |
+| `array<T>` | `repeated T` (a null element has no protobuf form: refused at the record) |
+| `map<K, V>`, K `string`/`int`/`bigint`/`boolean` | `map<K, V>` |
+| a nullable scalar field | proto3 `optional` (explicit presence: null stays null) |
+
+proto3 ``optional`` rather than the wrapper messages: it keeps the field's own type on the
+wire (a reader without wrappers reads it as the scalar), needs no import, and protobuf
+readers since 3.15 know it. ``date``, ``timestamp_ntz``, ``decimal``, a nested array or a
+map of arrays have no faithful proto3 type and are refused on the driver, naming the column.
+
+The schema is registered as a base64 serialized ``FileDescriptorProto``, as confluent-kafka's
+``ProtobufSerializer`` registers it (Apicurio Registry 2.4.2 refuses ``.proto`` text);
+each record is the 5-byte header, the message indexes (``0``: the file's first message) and
+the payload, made by upb.
 """
 
 from __future__ import annotations
@@ -48,7 +73,8 @@ import pyarrow as pa
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 
-from connectors.kafka.registry.avro import TIMESTAMP_UTC, SchemaNotRepresentable
+from connectors.core.errors import KafkaSinkError
+from connectors.kafka.registry.framing import TIMESTAMP_UTC, SchemaNotRepresentable
 
 WELL_KNOWN_PREFIX = "google/protobuf/"
 TIMESTAMP = "google.protobuf.Timestamp"
@@ -274,3 +300,110 @@ def registered_files(client: Any, found: Any, name: str = "schema.proto"
             seen.add(f.name)
             unique.append(f)
     return unique
+
+
+# -- Spark type -> proto3 file (writing) -------------------------------------------------------
+_F = descriptor_pb2.FieldDescriptorProto
+_PROTO_SCALARS = {pa.int8(): _F.TYPE_INT32, pa.int16(): _F.TYPE_INT32, pa.int32(): _F.TYPE_INT32,
+            pa.int64(): _F.TYPE_INT64, pa.float32(): _F.TYPE_FLOAT,
+            pa.float64(): _F.TYPE_DOUBLE, pa.bool_(): _F.TYPE_BOOL, pa.string(): _F.TYPE_STRING,
+            pa.large_string(): _F.TYPE_STRING, pa.binary(): _F.TYPE_BYTES,
+            pa.large_binary(): _F.TYPE_BYTES}
+_MAP_KEYS = {pa.string(), pa.large_string(), pa.int32(), pa.int64(), pa.bool_()}
+_TIMESTAMP_FILE = "google/protobuf/timestamp.proto"
+
+
+def file_descriptor(t: pa.DataType, name: str, package: str, column: str
+                    ) -> descriptor_pb2.FileDescriptorProto:
+    """The proto3 file of a struct column of Arrow (Spark) type ``t`` (see the module)."""
+    if not pa.types.is_struct(t):
+        raise KafkaSinkError(
+            f"eo_kafka: {column}Format=protobuf needs a struct {column} column (a protobuf "
+            f"record is a message), but it is {t}; wrap it: struct({column}) as {column}")
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package or 'eo'}.{name}.proto",
+                                             syntax="proto3", package=package)
+    msg = fdp.message_type.add(name=name)
+    if _fill_message(msg, t, column, f"{package}.{name}" if package else name):
+        fdp.dependency.append(_TIMESTAMP_FILE)
+    return fdp
+
+
+def _camel(name: str) -> str:
+    out = "".join(p[:1].upper() + p[1:] for p in name.replace("-", "_").split("_") if p)
+    return out if out[:1].isalpha() else "M" + out
+
+
+def _fill_message(msg: descriptor_pb2.DescriptorProto, t: pa.StructType, path: str,
+             scope: str) -> bool:
+    """Fills ``msg`` with the fields of ``t``; True when a Timestamp is used."""
+    stamps = False
+    taken: set[str] = set()
+
+    def nested(base: str) -> descriptor_pb2.DescriptorProto:
+        n, i = base, 1
+        while n in taken:
+            i += 1
+            n = f"{base}{i}"
+        taken.add(n)
+        return msg.nested_type.add(name=n)
+
+    for number, f in enumerate(t, start=1):
+        where = f"{path}.{f.name}"
+        field = msg.field.add(name=f.name, number=number, label=_F.LABEL_OPTIONAL)
+        ft = f.type
+        if pa.types.is_map(ft):
+            if ft.key_type not in _MAP_KEYS:
+                raise KafkaSinkError(f"eo_kafka: {where} is a map with {ft.key_type} keys; "
+                                     "protobuf map keys are string, integer or bool")
+            entry = nested(_camel(f.name) + "Entry")
+            entry.options.map_entry = True
+            key = entry.field.add(name="key", number=1, label=_F.LABEL_OPTIONAL)
+            _proto_field(key, ft.key_type, where + "{}", scope, nested)
+            value = entry.field.add(name="value", number=2, label=_F.LABEL_OPTIONAL)
+            stamps |= _proto_field(value, ft.item_type, where + "{}", scope, nested)
+            field.label = _F.LABEL_REPEATED
+            field.type = _F.TYPE_MESSAGE
+            field.type_name = f".{scope}.{entry.name}"
+            continue
+        if pa.types.is_list(ft) or pa.types.is_large_list(ft):
+            field.label = _F.LABEL_REPEATED
+            stamps |= _proto_field(field, ft.value_type, where + "[]", scope, nested)
+            continue
+        stamps |= _proto_field(field, ft, where, scope, nested)
+        if f.nullable and field.type != _F.TYPE_MESSAGE:
+            field.proto3_optional = True
+            field.oneof_index = len(msg.oneof_decl)
+            msg.oneof_decl.add(name="_" + f.name)
+    # synthetic oneofs must follow every real one (there are none): nothing to reorder
+    return stamps
+
+
+def _proto_field(field: descriptor_pb2.FieldDescriptorProto, t: pa.DataType, where: str,
+            scope: str, nested: Callable[[str], descriptor_pb2.DescriptorProto]) -> bool:
+    if pa.types.is_struct(t):
+        sub = nested(_camel(where.rsplit(".", 1)[-1].strip("[]{}")) or "Item")
+        field.type = _F.TYPE_MESSAGE
+        field.type_name = f".{scope}.{sub.name}"
+        return _fill_message(sub, t, where, f"{scope}.{sub.name}")
+    if pa.types.is_timestamp(t):
+        if t.tz is None:
+            raise KafkaSinkError(
+                f"eo_kafka: {where} is a timestamp without a time zone (timestamp_ntz): a "
+                "google.protobuf.Timestamp is an instant; cast it to timestamp or a string")
+        field.type = _F.TYPE_MESSAGE
+        field.type_name = ".google.protobuf.Timestamp"
+        return True
+    kind = _PROTO_SCALARS.get(t)
+    if kind is None:
+        hint = ("cast it to a string (exact) or a double" if pa.types.is_decimal(t) else
+                "cast it to a timestamp or a string" if pa.types.is_date32(t) else
+                "wrap the inner collection in a struct" if pa.types.is_list(t)
+                or pa.types.is_map(t) else "cast it to a supported type")
+        raise KafkaSinkError(f"eo_kafka: {where} has type {t}, which has no Protobuf "
+                             f"mapping here; {hint}")
+    field.type = kind
+    return False
+
+
+def registered_text(fdp: descriptor_pb2.FileDescriptorProto) -> str:
+    return base64.b64encode(fdp.SerializeToString()).decode("ascii")

@@ -22,13 +22,12 @@ from connectors.core.declared import (
 )
 from connectors.core.options import OptionReader
 from connectors.kafka.common import FAMILY
-from connectors.kafka.registry import sink_formats
-from connectors.kafka.registry.formats import SINK_FORMATS
+from connectors.kafka.registry import serde, sink_formats
 
 
 def _column(column: str) -> tuple[Opt, ...]:
     return (
-        Opt(f"{column}Format", f"{column}_format", CHOICE, "binary", choices=SINK_FORMATS,
+        Opt(f"{column}Format", f"{column}_format", CHOICE, "binary", choices=serde.COLUMN_FORMATS,
             help=f"`binary`: the `{column}` column is written as it is (binary or string); "
             f"`avro` / `json-schema` / `protobuf`: the `{column}` column (a struct, or a scalar; "
             "a struct for `protobuf`) is written as Avro / JSON / Protobuf in the Confluent wire "

@@ -1,6 +1,6 @@
 """The Schema Registry options of the ``eo_kafka`` source, declared once
 (docs/schema-registry.md derives its table from :data:`FORMAT_OPTIONS`), and their values
-made into :class:`~connectors.kafka.registry.formats.SourceFormats`. The source reads them
+made into :class:`~connectors.kafka.registry.source_formats.SourceFormats`. The source reads them
 with its other options (``declaration.READ_OPTIONS``) and hands their values here; this
 module knows nothing else of the source.
 """
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from connectors.core.declared import CHOICE, PREFIXED, STRING, Opt, Values
 from connectors.kafka.common import FAMILY
-from connectors.kafka.registry import formats as registry_formats
+from connectors.kafka.registry import serde
+from connectors.kafka.registry import source_formats as registry_formats
 
 
 def _format_options(column: str) -> tuple[Opt, ...]:
     return (
         Opt(f"{column}Format", f"{column}_format", CHOICE, "binary",
-            choices=registry_formats.FORMATS,
+            choices=serde.COLUMN_FORMATS,
             help=f"`binary`: the `{column}` column is the record's bytes (Spark's schema); "
             f"`avro` / `json-schema` / `protobuf`: Avro / JSON / Protobuf in the Confluent wire "
             f"format, decoded into a typed `{column}` column (a struct for a record, object "

@@ -23,7 +23,7 @@ from connectors.core.options import OptionReader, RedactedDict, option_error, re
 from connectors.core.storage import StorageOptions, check_state_path
 from connectors.kafka.common import DEFAULT_CONNECT_TIMEOUT, DEFAULT_RETRY_TIMEOUT, FAMILY
 from connectors.kafka.config import check_client_config, spelled
-from connectors.kafka.registry import formats as registry_formats
+from connectors.kafka.registry import source_formats as registry_formats
 from connectors.kafka.source import declaration as opt
 from connectors.kafka.source import kinds
 from connectors.kafka.source.format_options import parse_formats

@@ -1,5 +1,7 @@
 """The source's Schema Registry formats: which column is decoded how (the picklable spec),
-the reader schemas resolved on the driver, and the decoding of the reader's Arrow batches.
+the reader schemas resolved on the driver, and the decoding of the reader's Arrow batches;
+each column's format looked up in the table of :mod:`~connectors.kafka.registry.serde`
+(its module reads it).
 
 1. :func:`parse` (driver, no network): ``keyFormat``/``valueFormat``, the subjects (the
    TopicNameStrategy ``<topic>-key``/``<topic>-value`` by default), pinned versions and
@@ -16,44 +18,34 @@ the reader schemas resolved on the driver, and the decoding of the reader's Arro
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from connectors.core.errors import OptionError
 from connectors.core.options import option_error
+from connectors.kafka.registry import serde
 from connectors.kafka.registry.client import RegistrySpec, client_for
-
-#: The formats a key or value column can have. ``binary`` is Spark's Kafka source: bytes.
-FORMATS = ("binary", "avro", "json-schema", "protobuf")
-REGISTRY_FORMATS = frozenset({"avro", "json-schema", "protobuf"})
-#: The registry's ``schemaType`` of each format
-SCHEMA_TYPES = {"avro": "AVRO", "json-schema": "JSON", "protobuf": "PROTOBUF"}
-#: The formats the sink writes so far
-SINK_FORMATS = ("binary", "avro", "json-schema", "protobuf")
+from connectors.kafka.registry.framing import DecodeError
 
 
 def column_type(kind: str, schema: str, column: str) -> pa.DataType:
-    """The Arrow (Spark) type of a reader schema of format ``kind`` (a Protobuf one as
-    :func:`~connectors.kafka.registry.protobuf.pack` made it)."""
-    if kind == "protobuf":
-        try:
-            from connectors.kafka.registry import protobuf
-        except ImportError as e:
-            raise OptionError(f"eo_kafka: {column}Format=protobuf needs the protobuf package: "
-                              'pip install "pyspark-exactly-once[protobuf]"',
-                              option=f"{column}Format") from e
-        return protobuf.reader_type(schema, column)
-    if kind == "json-schema":
-        from connectors.kafka.registry import json_schema
+    """The Arrow (Spark) type of a reader schema of format ``kind`` (as the format's
+    :meth:`~connectors.kafka.registry.serde.Format.reader_schema` made it)."""
+    return _format(kind, column).reader_type(schema, column)
 
-        return json_schema.arrow_type(json.loads(schema), column)
-    from connectors.kafka.registry.avro import arrow_type
 
-    return arrow_type(json.loads(schema), column)
+def _format(kind: str, column: str) -> serde.Format:
+    """The format's module; one whose dependencies are an extra is imported when used."""
+    try:
+        return serde.format_of(kind)
+    except ImportError as e:
+        entry = serde.FORMATS[kind]
+        if entry.extra is None:
+            raise
+        raise OptionError(f"eo_kafka: {column}Format={kind} {entry.install_hint()}",
+                          option=f"{column}Format") from e
 
 
 @dataclass(frozen=True)
@@ -148,33 +140,22 @@ def parse(family: str, formats: Mapping[str, str], subjects: Mapping[str, str | 
 
 def resolve(formats: SourceFormats) -> SourceFormats:
     """Each column's reader schema from the registry (driver side), checked to have a
-    Spark type (:func:`~connectors.kafka.registry.avro.arrow_type`)."""
+    Spark type (:meth:`~connectors.kafka.registry.serde.Format.reader_type`)."""
     client = client_for(formats.registry)
     columns = []
     for c in formats.columns:
         found = client.subject_version(c.subject, c.version if c.version is not None
                                        else "latest")
-        if found.schema_type.upper() != SCHEMA_TYPES[c.kind]:
+        if found.schema_type.upper() != serde.FORMATS[c.kind].schema_type:
             raise OptionError(
                 f"eo_kafka: subject {c.subject!r} holds a {found.schema_type} schema, but "
                 f"{c.column}Format is {c.kind}; set {c.column}Format to the subject's format",
                 option=f"{c.column}Format")
-        text = found.schema
-        if c.kind == "protobuf":  # self-contained: its imports travel with it
-            if not _has_protobuf():
-                column_type(c.kind, "", c.column)  # raises, with the install hint
-            from connectors.kafka.registry import protobuf, protobuf_schema
-
-            text = protobuf.pack(protobuf_schema.registered_files(client, found))
-        column_type(c.kind, text, c.column)
+        fmt = _format(c.kind, c.column)
+        text = fmt.reader_schema(client, found)
+        fmt.reader_type(text, c.column)
         columns.append(dataclasses.replace(c, schema=text, schema_id=found.id))
     return dataclasses.replace(formats, columns=tuple(columns))
-
-
-def _has_protobuf() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("google.protobuf") is not None
 
 
 def arrow_schema(base: pa.Schema, formats: SourceFormats | None) -> pa.Schema:
@@ -204,36 +185,13 @@ def _raw_name(column: str) -> str:
 def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
                    schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The reader's batches (framed bytes) -> batches of ``schema`` (decoded columns)."""
-    from connectors.kafka.registry.avro import AvroDecoder
-
     client = client_for(formats.registry)
-
-    def writer_schema(schema_id: int) -> str | None:
-        found = client.schema_by_id(schema_id)
-        return None if found is None else found.schema
-
-    from connectors.kafka.registry.json_schema import JsonSchemaDecoder
-
-    def writer_file(schema_id: int) -> Any:
-        from connectors.kafka.registry import protobuf_schema
-
-        found = client.schema_by_id(schema_id)
-        return None if found is None else protobuf_schema.build_pool(
-            protobuf_schema.registered_files(client, found))
-
-    decoders: dict[str, Any] = {}
+    decoders: dict[str, serde.Decoder] = {}
     for c in formats.columns:
         if c.schema is None:
             raise ValueError(f"{c.column}: the format is not resolved")
-        if c.kind == "protobuf":
-            from connectors.kafka.registry.protobuf import ProtobufDecoder
-
-            decoders[c.column] = ProtobufDecoder(c.column, c.schema, c.schema_id, writer_file,
-                                                 c.subject)
-            continue
-        decoders[c.column] = (
-            JsonSchemaDecoder(c.column, c.schema, c.subject) if c.kind == "json-schema"
-            else AvroDecoder(c.column, c.schema, c.schema_id, writer_schema, c.subject))
+        decoders[c.column] = serde.format_of(c.kind).decoder(c.column, c.schema, c.schema_id,
+                                                             c.subject, client)
     for batch in batches:
         columns = list(batch.columns)
 
@@ -251,13 +209,12 @@ def decode_batches(batches: Iterator[pa.RecordBatch], formats: SourceFormats,
 
 
 def _decode_keeping_errors(batch: pa.RecordBatch, columns: list[pa.Array],
-                           decoders: Mapping[str, Any], where: Any,
+                           decoders: Mapping[str, serde.Decoder],
+                           where: Callable[[int], str],
                            schema: pa.Schema) -> pa.RecordBatch:
     """``onDecodeError=dlq``: a record that does not decode keeps its row, with its column
     null, the error in ``decodeError`` and its bytes in ``rawKey``/``rawValue``; the batch
     is decoded whole first, record by record only when it holds a bad one."""
-    from connectors.kafka.registry.avro import DecodeError
-
     n = batch.num_rows
     errors: list[str | None] = [None] * n
     raws = []
@@ -271,7 +228,7 @@ def _decode_keeping_errors(batch: pa.RecordBatch, columns: list[pa.Array],
             parts, bad = [], set()
             for r in range(n):
                 try:
-                    parts.append(decoder.decode(values.slice(r, 1), lambda _, r=r: where(r)))
+                    parts.append(decoder.decode(values.slice(r, 1), _record(where, r)))
                 except DecodeError as e:
                     bad.add(r)
                     errors[r] = "; ".join(filter(None, (errors[r], str(e))))
@@ -281,3 +238,8 @@ def _decode_keeping_errors(batch: pa.RecordBatch, columns: list[pa.Array],
                              pa.binary()) if bad else pa.nulls(n, pa.binary()))
     return pa.RecordBatch.from_arrays([*columns, pa.array(errors, pa.string()), *raws],
                                       schema=schema)
+
+
+def _record(where: Callable[[int], str], r: int) -> Callable[[int], str]:
+    """``where`` of a one-record slice: its record 0 is the batch's record ``r``."""
+    return lambda _: where(r)
