@@ -315,31 +315,43 @@ EPILOG = ("Every command takes --json. Errors are one line on stderr with exit c
 def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_demo, _add_wal, _add_sink, _add_kafka, _add_files, _add_doctor):
+        add(sub)
+    return p
 
-    def with_json(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--json", action="store_true", help="machine-readable output")
-        return sp
 
-    def with_storage(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--storage", action="append", metavar="KEY=VALUE",
-                        help="a storage.* option for an object-store path (repeatable), e.g. "
-                        "endpoint=http://minio:9000; credentials also come from AWS_*, the "
-                        "AWS CLI's ~/.aws files and AWS_PROFILE, "
-                        "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*")
+def _with_json(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    return sp
 
+
+def _with_storage(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--storage", action="append", metavar="KEY=VALUE",
+                    help="a storage.* option for an object-store path (repeatable), e.g. "
+                    "endpoint=http://minio:9000; credentials also come from AWS_*, the "
+                    "AWS CLI's ~/.aws files and AWS_PROFILE, "
+                    "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*")
+
+
+def _add_demo(sub: Any) -> None:
+    """``demo``."""
     from connectors.demo.app import add_demo_arguments
-    from connectors.state_report import KINDS
 
-    d = with_json(sub.add_parser("demo", help="end-to-end exactly-once demo with a crash"))
+    d = _with_json(sub.add_parser("demo", help="end-to-end exactly-once demo with a crash"))
     add_demo_arguments(d)
     d.set_defaults(func=demo)
 
+
+def _add_wal(sub: Any) -> None:
+    """``wal show``."""
+    from connectors.state_report import KINDS
+
     wal = sub.add_parser("wal", help="inspect a write-ahead log").add_subparsers(
         dest="wal_command", required=True)
-    w = with_json(wal.add_parser("show", help="windows and offsets, committed or not"))
+    w = _with_json(wal.add_parser("show", help="windows and offsets, committed or not"))
     w.add_argument("path", help="the walPath (local, file://, hdfs://, webhdfs://, s3://, gs://, "
                    "abfss://)")
-    with_storage(w)
+    _with_storage(w)
     w.add_argument("--kind", choices=KINDS, help="only this log: source (eo_kafka source), "
                    "commits (eo_kafka sink), _eo_log (eo_files), or sink (whichever sink log "
                    "is there)")
@@ -347,15 +359,18 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
                    "%(default)s, every entry)")
     w.set_defaults(func=wal_show)
 
+
+def _add_sink(sub: Any) -> None:
+    """``sink status`` and ``sink reset``."""
     sink = sub.add_parser("sink", help="sink state: JDBC status, reset of any sink").add_subparsers(
         dest="sink_command", required=True)
-    s = with_json(sink.add_parser("status", help="last committed batch per sink"))
+    s = _with_json(sink.add_parser("status", help="last committed batch per sink"))
     s.add_argument("--url", required=True, help="SQLAlchemy URL of the target database")
     s.add_argument("--sink-id", help="only this sink")
     s.add_argument("--table", default="eo_sink_commits", help="metadata table name (default: "
                    "%(default)s)")
     s.set_defaults(func=sink_status)
-    r = with_json(sink.add_parser(
+    r = _with_json(sink.add_parser(
         "reset", help="record a restart: the sink's next query (new checkpoint) starts at "
         "batch 0; run it with the query stopped"))
     r.add_argument("--sink-id", help="the sink (required for --url and --wal-path)")
@@ -364,10 +379,13 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     r.add_argument("--wal-path", help="eo_kafka sink: its walPath")
     r.add_argument("--path", help="eo_files: the output path")
-    with_storage(r)
+    _with_storage(r)
     r.set_defaults(func=sink_reset)
 
-    lg = with_json(sub.add_parser("lag", help="per-partition lag of a consumer group"))
+
+def _add_kafka(sub: Any) -> None:
+    """``lag`` and ``transactions``."""
+    lg = _with_json(sub.add_parser("lag", help="per-partition lag of a consumer group"))
     lg.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
     lg.add_argument("--group", required=True, help="the consumer group (kafka.group.id, or "
                     "groupIdPrefix + query of an eo_kafka source)")
@@ -385,7 +403,7 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
                     "keeps kafka.sasl.password off the command line")
     lg.set_defaults(func=lag)
 
-    tx = with_json(sub.add_parser(
+    tx = _with_json(sub.add_parser(
         "transactions", help="open transactions of a transactional Kafka sink: held "
         "read_committed readers, and aborting them"))
     tx.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
@@ -404,20 +422,26 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     tx.add_argument("--kafka-config", metavar="FILE", help="a file of KEY=VALUE settings")
     tx.set_defaults(func=transactions)
 
+
+def _add_files(sub: Any) -> None:
+    """``files status``."""
     files = sub.add_parser("files", help="eo_files output state").add_subparsers(
         dest="files_command", required=True)
-    f = with_json(files.add_parser("status", help="committed batches and files"))
+    f = _with_json(files.add_parser("status", help="committed batches and files"))
     f.add_argument("path", help="the eo_files output path (local, file://, hdfs://, "
                    "webhdfs://, s3://, gs://, abfss://)")
     f.add_argument("--last", type=int, default=0, help="only the last N batches (default: "
                    "%(default)s, every batch)")
     f.add_argument("-v", "--verbose", action="store_true", help="list every file")
-    with_storage(f)
+    _with_storage(f)
     f.set_defaults(func=files_status)
 
+
+def _add_doctor(sub: Any) -> None:
+    """``doctor``."""
     from connectors import doctor as dr
 
-    doc = with_json(sub.add_parser(
+    doc = _with_json(sub.add_parser(
         "doctor", help="check this install, and a cluster, ACLs or a storage path when given "
         "(read-only; exit 1 when a check fails)", description="One line per check, ok or what "
         "to do: Python, pyspark, confluent-kafka/librdkafka, the C extensions and the Kafka "
@@ -426,9 +450,8 @@ def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
         "docs/security.md's roles; with --path the storage's conditional writes. Creates no "
         "topic and writes nothing but the storage probe the sinks make themselves."))
     dr.add_arguments(doc)
-    with_storage(doc)
+    _with_storage(doc)
     doc.set_defaults(func=doctor)
-    return p
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "eo-connectors") -> int:

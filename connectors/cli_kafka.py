@@ -120,7 +120,13 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     finally:
         group.close()
         looker.close()
-    partitions = []
+    return _lag_report(args.group, args.bootstrap, offsets, ends)
+
+
+def _lag_report(group: str, bootstrap: str, offsets: dict[tuple[str, int], int],
+                ends: dict[tuple[str, int], int]) -> tuple[dict[str, Any], list[str]]:
+    """``lag``'s document and lines: each partition's committed offset, end and lag."""
+    partitions: list[dict[str, Any]] = []
     for (topic, partition), offset in sorted(offsets.items()):
         end = ends.get((topic, partition))
         partitions.append({
@@ -128,14 +134,14 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             "end": end, "lag": None if end is None else max(0, end - offset),
         })
     total = sum(p["lag"] or 0 for p in partitions)
-    lines = [f"group {args.group} @ {args.bootstrap}: total lag {total}"]
+    lines = [f"group {group} @ {bootstrap}: total lag {total}"]
     lines += [f"  {p['topic']}[{p['partition']}] committed {p['committed']} end {p['end']} "
               f"lag {p['lag']}" for p in partitions]
-    if total and source_group(args.group):
+    if total and source_group(group):
         lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
                      "batch: after a finished AvailableNow/Once run, the last window shows as "
                      "lag until the next run; see docs/kafka-source.md)")
-    return {"group": args.group, "total_lag": total, "partitions": partitions}, lines
+    return {"group": group, "total_lag": total, "partitions": partitions}, lines
 
 
 # -- transactions ------------------------------------------------------------------------------

@@ -255,33 +255,24 @@ def verify(cfg: dict[str, Any], truth: Counter[str]) -> list[SinkCheck]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """The demo (``python -m connectors demo``). Its progress lines go to stdout, or to
+    stderr with ``--json``, whose report is then the only thing on stdout."""
     from connectors.demo.local_services import start_broker, start_registry
-    from connectors.demo.services.kafka import create_topic
 
+    _check_format(args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)  # noqa: S311 - demo data and kill times, not crypto
     workdir = args.workdir or tempfile.mkdtemp(prefix="eo-demo-")
     os.makedirs(workdir, exist_ok=True)
     started = time.monotonic()
-    broker = None
-    registry = None
+    broker = registry = None
     stop_broker: str | None = None
-    quiet = args.json
+    out = sys.stderr if args.json else sys.stdout
     # flushed: into a pipe (``| tee``) or a CI log each line shows when it is said
-    say = (lambda *a: None) if quiet else functools.partial(print, flush=True)
-    if args.schema_registry and args.format != "avro":
-        raise ConnectorError("demo: --schema-registry is for --format avro; add --format avro "
-                             "or leave it out")
-    if args.format == "avro":
-        try:
-            from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: F401
-        except ImportError as e:
-            raise ConnectorError(f"demo --format avro needs fastavro and confluent-kafka's "
-                                 f"Avro support ({e}): pip install -e '.[demo]'") from None
+    say = functools.partial(print, file=out, flush=True)
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
+        bootstrap = args.bootstrap
+        if not bootstrap:
             broker = start_broker(os.path.join(workdir, "kafka"), say)
             bootstrap = broker.bootstrap
             pid = getattr(broker, "pid", None)
@@ -294,88 +285,17 @@ def run_demo(args: argparse.Namespace) -> int:
         elif args.format == "avro":
             registry = start_registry(workdir, say)
             registry_url = registry.url
-        # The seed fixes the data and the kill times; the token keeps a rerun with the same
-        # seed against the same broker and database from meeting the last run's topics,
-        # table and sink state.
-        tag = f"{seed:x}_{uuid.uuid4().hex[:6]}"
-        cfg = {
-            "bootstrap": bootstrap,
-            "in_topic": f"demo-lines-{tag}",
-            "out_topic": f"demo-counts-{tag}",
-            "checkpoint": os.path.join(workdir, "checkpoint"),
-            "wal": os.path.join(workdir, "wal"),
-            "files": os.path.join(workdir, "files-out"),
-            "db_url": args.db_url or f"sqlite:///{os.path.join(workdir, 'wordcount.db')}",
-            "table": f"word_counts_{tag}",
-            "sink_id": f"demo-{tag}",
-            "batch_size": args.batch_size,
-            "naive_jdbc": bool(args.naive_jdbc),
-            "format": args.format,
-            "registry_url": registry_url,
-        }
-        create_topic(bootstrap, cfg["in_topic"], 4)
-        create_topic(bootstrap, cfg["out_topic"], 2)
-        say(f"producing {args.lines} lines to {cfg['in_topic']} (seed {seed})"
-            + (" as Avro records, schema registered under "
-               f"{cfg['in_topic']}-value by confluent-kafka's AvroSerializer"
-               if registry_url else ""))
-        truth = (produce_lines(bootstrap, cfg["in_topic"], args.lines, 4, rng, registry_url)
-                 if not quiet else
-                 _quiet_produce(bootstrap, cfg["in_topic"], args.lines, rng, registry_url))
-        log_path = os.path.join(workdir, "pipeline.log")
-        say(f"the pipeline runs Spark in a child process (its log: {log_path}); every 5 s "
-            "it says what each sink has committed")
-        crashes: list[dict[str, Any]] = []
-        n_batches = -(-args.lines // args.batch_size)
-        for k in range(args.kills):
-            fp, target, jitter = args.crash_at, None, 0.0
-            if not fp:
-                # Kill once the pipeline has planned a batch it had not planned before (a
-                # random 1-3 further), after a random delay: a random protocol step of a
-                # random batch, mid-stream, on any machine speed.
-                done = last_batch(cfg["checkpoint"])
-                done = -1 if done is None else done
-                if done + 1 > n_batches - 1:
-                    say("  every batch is already planned: no mid-stream moment left to kill")
-                    break
-                target = min(done + rng.randint(1, 3), n_batches - 1)
-                jitter = rng.uniform(0.0, 2.0)
-            what = f"failpoint {fp}" if fp else f"SIGKILL {jitter:.1f}s into batch {target}"
-            say(f"run {k + 1}: pipeline with {what}")
-            code, killed = run_child(cfg, kill_at_batch=target, jitter=jitter, failpoint=fp,
-                                     timeout=args.timeout, log_path=log_path,
-                                     progress=None if quiet else say)
-            batch = last_batch(cfg["checkpoint"])
-            crashes.append({"run": k + 1, "killed": killed, "exit": code, "batch": batch})
-            if killed:
-                say(f"  killed (SIGKILL) while batch {batch} was in flight")
-            elif code != 0:
-                raise ConnectorError(f"pipeline failed with exit code {code}; see {log_path}")
-            else:
-                say("  finished before the kill")
+        cfg = _demo_config(args, seed, workdir, bootstrap, registry_url)
+        truth = _produce(args, cfg, seed, rng, say, out)
+        crashes = _crash_runs(args, cfg, rng, say)
         say("final run: restart from the checkpoint and finish")
+        log_path = os.path.join(workdir, "pipeline.log")
         code, killed = run_child(cfg, kill_at_batch=None, jitter=0.0, failpoint=None,
-                                 timeout=args.timeout, log_path=log_path,
-                                 progress=None if quiet else say)
+                                 timeout=args.timeout, log_path=log_path, progress=say)
         if code != 0:
             raise ConnectorError(f"final pipeline run failed (exit {code}); see {log_path}")
         checks = verify(cfg, truth)
-        elapsed = time.monotonic() - started
-        ok = all(c.ok for c in checks)
-        report = {
-            "ok": ok,
-            "seed": seed,
-            "format": args.format,
-            "sink_id": cfg["sink_id"],
-            "lines_in": args.lines,
-            "words_in": sum(truth.values()),
-            "distinct_words": len(truth),
-            "crashes": crashes,
-            "kills": sum(1 for c in crashes if c["killed"]),
-            "seconds": round(elapsed, 1),
-            "db_url": redact_url(cfg["db_url"]),
-            "sinks": [dict(c.__dict__, ok=c.ok) for c in checks],
-        }
+        report = _report(args, cfg, seed, truth, crashes, checks, time.monotonic() - started)
         kept = bool(args.workdir or args.keep or args.keep_broker)
         broker_up = broker is None or bool(args.keep_broker)
         commands = inspect_commands(cfg, broker_up) if kept else []
@@ -388,20 +308,130 @@ def run_demo(args: argparse.Namespace) -> int:
         else:
             print_report(report, checks)
             print_inspect(commands, broker_up)
-        return 0 if ok else 1
+        return 0 if report["ok"] else 1
     finally:
         if registry is not None:
             registry.stop()
         if broker is not None and not args.keep_broker:
             broker.stop()
-        elif broker is not None and not quiet:
-            print(f"the local Kafka broker keeps running on {broker.bootstrap} (its data and "
-                  f"log under {os.path.join(workdir, 'kafka')}); stop it with: "
-                  f"{stop_broker or 'kill its process'}")
+        elif broker is not None:
+            say(f"the local Kafka broker keeps running on {broker.bootstrap} (its data and "
+                f"log under {os.path.join(workdir, 'kafka')}); stop it with: "
+                f"{stop_broker or 'kill its process'}")
         if not args.workdir and not args.keep and not args.keep_broker:
             shutil.rmtree(workdir, ignore_errors=True)
-        elif not quiet:
-            print(f"work directory kept: {workdir}")
+        else:
+            say(f"work directory kept: {workdir}")
+
+
+def _check_format(args: argparse.Namespace) -> None:
+    if args.schema_registry and args.format != "avro":
+        raise ConnectorError("demo: --schema-registry is for --format avro; add --format avro "
+                             "or leave it out")
+    if args.format == "avro":
+        try:
+            from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: F401
+        except ImportError as e:
+            raise ConnectorError(f"demo --format avro needs fastavro and confluent-kafka's "
+                                 f"Avro support ({e}): pip install -e '.[demo]'") from None
+
+
+def _demo_config(args: argparse.Namespace, seed: int, workdir: str, bootstrap: str,
+                 registry_url: str | None) -> dict[str, Any]:
+    # The seed fixes the data and the kill times; the token keeps a rerun with the same
+    # seed against the same broker and database from meeting the last run's topics,
+    # table and sink state.
+    tag = f"{seed:x}_{uuid.uuid4().hex[:6]}"
+    return {
+        "bootstrap": bootstrap,
+        "in_topic": f"demo-lines-{tag}",
+        "out_topic": f"demo-counts-{tag}",
+        "checkpoint": os.path.join(workdir, "checkpoint"),
+        "wal": os.path.join(workdir, "wal"),
+        "files": os.path.join(workdir, "files-out"),
+        "db_url": args.db_url or f"sqlite:///{os.path.join(workdir, 'wordcount.db')}",
+        "table": f"word_counts_{tag}",
+        "sink_id": f"demo-{tag}",
+        "batch_size": args.batch_size,
+        "naive_jdbc": bool(args.naive_jdbc),
+        "format": args.format,
+        "registry_url": registry_url,
+        "log_path": os.path.join(workdir, "pipeline.log"),
+    }
+
+
+def _produce(args: argparse.Namespace, cfg: dict[str, Any], seed: int, rng: random.Random,
+             say: Any, out: Any) -> Counter[str]:
+    """The topics, and the input lines produced; their true word counts."""
+    import contextlib
+
+    from connectors.demo.services.kafka import create_topic
+
+    create_topic(cfg["bootstrap"], cfg["in_topic"], 4)
+    create_topic(cfg["bootstrap"], cfg["out_topic"], 2)
+    say(f"producing {args.lines} lines to {cfg['in_topic']} (seed {seed})"
+        + (" as Avro records, schema registered under "
+           f"{cfg['in_topic']}-value by confluent-kafka's AvroSerializer"
+           if cfg["registry_url"] else ""))
+    with contextlib.redirect_stdout(out):  # its progress goes where the demo's lines go
+        truth = produce_lines(cfg["bootstrap"], cfg["in_topic"], args.lines, 4, rng,
+                              cfg["registry_url"])
+    say(f"the pipeline runs Spark in a child process (its log: {cfg['log_path']}); every 5 s "
+        "it says what each sink has committed")
+    return truth
+
+
+def _crash_runs(args: argparse.Namespace, cfg: dict[str, Any], rng: random.Random,
+                say: Any) -> list[dict[str, Any]]:
+    """The runs killed mid-stream (``--kills``), each at a random step of a random batch."""
+    crashes: list[dict[str, Any]] = []
+    n_batches = -(-args.lines // args.batch_size)
+    for k in range(args.kills):
+        fp, target, jitter = args.crash_at, None, 0.0
+        if not fp:
+            # Kill once the pipeline has planned a batch it had not planned before (a
+            # random 1-3 further), after a random delay: a random protocol step of a
+            # random batch, mid-stream, on any machine speed.
+            done = last_batch(cfg["checkpoint"])
+            done = -1 if done is None else done
+            if done + 1 > n_batches - 1:
+                say("  every batch is already planned: no mid-stream moment left to kill")
+                break
+            target = min(done + rng.randint(1, 3), n_batches - 1)
+            jitter = rng.uniform(0.0, 2.0)
+        what = f"failpoint {fp}" if fp else f"SIGKILL {jitter:.1f}s into batch {target}"
+        say(f"run {k + 1}: pipeline with {what}")
+        code, killed = run_child(cfg, kill_at_batch=target, jitter=jitter, failpoint=fp,
+                                 timeout=args.timeout, log_path=cfg["log_path"], progress=say)
+        batch = last_batch(cfg["checkpoint"])
+        crashes.append({"run": k + 1, "killed": killed, "exit": code, "batch": batch})
+        if killed:
+            say(f"  killed (SIGKILL) while batch {batch} was in flight")
+        elif code != 0:
+            raise ConnectorError(f"pipeline failed with exit code {code}; see "
+                                 f"{cfg['log_path']}")
+        else:
+            say("  finished before the kill")
+    return crashes
+
+
+def _report(args: argparse.Namespace, cfg: dict[str, Any], seed: int, truth: Counter[str],
+            crashes: list[dict[str, Any]], checks: list[SinkCheck],
+            elapsed: float) -> dict[str, Any]:
+    return {
+        "ok": all(c.ok for c in checks),
+        "seed": seed,
+        "format": args.format,
+        "sink_id": cfg["sink_id"],
+        "lines_in": args.lines,
+        "words_in": sum(truth.values()),
+        "distinct_words": len(truth),
+        "crashes": crashes,
+        "kills": sum(1 for c in crashes if c["killed"]),
+        "seconds": round(elapsed, 1),
+        "db_url": redact_url(cfg["db_url"]),
+        "sinks": [dict(c.__dict__, ok=c.ok) for c in checks],
+    }
 
 
 def inspect_commands(cfg: dict[str, Any], broker_up: bool) -> list[tuple[str, str]]:
@@ -438,15 +468,6 @@ def print_inspect(commands: list[tuple[str, str]], broker_up: bool) -> None:
     if not broker_up:
         print("  (the local broker was stopped: --keep-broker leaves it running, or point "
               "--bootstrap at a broker of your own)")
-
-
-def _quiet_produce(bootstrap: str, topic: str, lines: int, rng: random.Random,
-                   registry_url: str | None = None) -> Counter[str]:
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        return produce_lines(bootstrap, topic, lines, 4, rng, registry_url)
 
 
 def print_report(report: dict[str, Any], checks: list[SinkCheck]) -> None:

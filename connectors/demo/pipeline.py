@@ -26,7 +26,6 @@ def build_sinks(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
         keys=["word"],
         accumulate=["count"],
         create_table=True,
-        retry_timeout=float(cfg.get("jdbc_retry_timeout", 30.0)),
     )
     avro: dict[str, Any] = {}
     if cfg.get("format") == "avro":

@@ -57,7 +57,6 @@ def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]],
     if the answer is still unknown then, the check is skipped with a warning (a missing ACL
     still fails the first request that needs it, naming it). Only an answer that says
     "denied" fails here."""
-    from connectors.kafka.wire import admin
     from connectors.kafka.wire.cluster import Cluster
     from connectors.kafka.wire.protocol import RETRIABLE, WireError
     from connectors.kafka.wire.settings import Settings, connection_unsupported
@@ -81,23 +80,8 @@ def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]],
     settings = dataclasses.replace(
         settings, socket_timeout=max(1.0, min(timeout, PREFLIGHT_REQUEST_TIMEOUT)))
     cluster = Cluster(settings, who, retry_timeout if retry_timeout is not None else timeout)
-    got: dict[tuple[str, str], set[str] | None | Exception] = {}
     try:
-        for name, meta in (admin.describe_topics(cluster, topics) if topics else {}).items():
-            if meta.error == 3:  # UNKNOWN_TOPIC_OR_PARTITION: the caller's rules apply
-                got[("TOPIC", name)] = None
-            elif meta.error in access.AUTHORIZATION_CODE.values():
-                got[("TOPIC", name)] = WireError(f"{who}: Metadata of {name!r}", meta.error)
-            else:
-                got[("TOPIC", name)] = admin.operations(meta.authorized)
-        for name, group in (admin.describe_groups(cluster, groups) if groups else {}).items():
-            if group.error in access.AUTHORIZATION_CODE.values():
-                got[("GROUP", name)] = WireError(f"{who}: DescribeGroups of {name!r}",
-                                                 group.error)
-            elif group.error or group.authorized is None:
-                got[("GROUP", name)] = None  # GROUP_ID_NOT_FOUND: nothing to judge by
-            else:
-                got[("GROUP", name)] = admin.operations(group.authorized)
+        got = _describe(cluster, topics, groups, who)
     except WireError as e:
         if e.code not in RETRIABLE:
             raise error(f"{who}: checking ACLs before the first read or write: {e}") from e
@@ -110,18 +94,7 @@ def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]],
                    for (kind, _), answer in got.items()):
         _ALL_ALLOWED.add(servers)
         return
-    missing: list[access.Acl] = []
-    for acl, name in checks:
-        if acl.resource not in ("TOPIC", "GROUP"):
-            continue
-        answer = got.get((acl.resource, name))
-        if answer is None:
-            continue  # a topic that does not exist (yet): the caller's rules apply
-        if isinstance(answer, Exception):
-            missing.append(acl)
-            continue
-        if answer and acl.operation not in answer:
-            missing.append(acl)
+    missing = _missing(checks, got)
     if missing:
         from confluent_kafka import KafkaError, KafkaException
 
@@ -130,3 +103,46 @@ def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]],
                                 needs=[a for a in missing if a.resource == missing[0].resource],
                                 request="checking ACLs before the first read or write")
         raise error(message)
+
+
+#: What the cluster said of one topic or group: the operations granted, a denial, or None
+#: (it does not exist, or told nothing to judge by).
+Answer = set[str] | Exception | None
+
+
+def _describe(cluster: Any, topics: list[str], groups: list[str],
+              who: str) -> dict[tuple[str, str], Answer]:
+    from connectors.kafka.wire import admin
+    from connectors.kafka.wire.protocol import WireError
+
+    got: dict[tuple[str, str], Answer] = {}
+    for name, meta in (admin.describe_topics(cluster, topics) if topics else {}).items():
+        if meta.error == 3:  # UNKNOWN_TOPIC_OR_PARTITION: the caller's rules apply
+            got[("TOPIC", name)] = None
+        elif meta.error in access.AUTHORIZATION_CODE.values():
+            got[("TOPIC", name)] = WireError(f"{who}: Metadata of {name!r}", meta.error)
+        else:
+            got[("TOPIC", name)] = admin.operations(meta.authorized)
+    for name, group in (admin.describe_groups(cluster, groups) if groups else {}).items():
+        if group.error in access.AUTHORIZATION_CODE.values():
+            got[("GROUP", name)] = WireError(f"{who}: DescribeGroups of {name!r}", group.error)
+        elif group.error or group.authorized is None:
+            got[("GROUP", name)] = None  # GROUP_ID_NOT_FOUND: nothing to judge by
+        else:
+            got[("GROUP", name)] = admin.operations(group.authorized)
+    return got
+
+
+def _missing(checks: Sequence[tuple[access.Acl, str]],
+             got: Mapping[tuple[str, str], Answer]) -> list[access.Acl]:
+    """The ACLs of ``checks`` the answers show missing."""
+    missing: list[access.Acl] = []
+    for acl, name in checks:
+        if acl.resource not in ("TOPIC", "GROUP"):
+            continue
+        answer = got.get((acl.resource, name))
+        if answer is None:
+            continue  # a topic that does not exist (yet): the caller's rules apply
+        if isinstance(answer, Exception) or (answer and acl.operation not in answer):
+            missing.append(acl)
+    return missing

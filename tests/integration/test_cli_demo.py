@@ -1,17 +1,22 @@
-"""The demo, run as a new user would (issue 36, item 4): with ``--keep-broker`` it leaves its
-own broker running and its work directory in place, and every command it prints for them
-runs and answers (lag and transactions included); the printed stop command stops the
-broker.
+"""The demo, run once as a new user would (issues 35, 36; one run, for CI's time budget):
 
-The same run is the demo's ``--format avro`` (issue 35): lines written by confluent-kafka's
-AvroSerializer, read by the source into a typed column, counts written by the sink as Avro
-and checked by confluent-kafka's AvroDeserializer, against a registry the demo starts
-itself. (The default text format runs in test_cli_demo_output.py: one demo run each.)"""
+- with ``--keep-broker`` it leaves its own broker running and its work directory in place,
+  and every command it prints for them runs and answers (lag and transactions included);
+  the printed stop command stops the broker;
+- ``--format avro``: lines written by confluent-kafka's AvroSerializer, read by the source
+  into a typed column, counts written by the sink as Avro and checked by confluent-kafka's
+  AvroDeserializer, against a registry the demo starts itself;
+- its console, as into a pipe or a CI log: with ``--json`` the report alone is on stdout
+  and the progress lines on stderr, where it says what it is doing before each long wait
+  (resolving the broker's jars, starting the broker and the registry, producing, starting
+  Spark), in plain lines (no carriage-return frames), with no raw librdkafka line
+  (``%4|...|GETPID|...``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -46,6 +51,7 @@ def test_demo_keep_broker_prints_commands_that_all_answer(tmp_path: Any) -> None
         assert report["format"] == "avro" and all(
             s["missing"] == 0 and s["duplicates"] == 0 for s in report["sinks"]), report
         assert inspect["workdir"] == str(workdir)
+        _assert_plain_progress(proc.stderr, proc.stdout)
         _assert_wire_format(inspect["bootstrap"], report["sink_id"])
         for command in inspect["commands"]:
             argv = shlex.split(command)
@@ -76,3 +82,15 @@ def _assert_wire_format(bootstrap: str, sink_id: str) -> None:
         assert first.value()[:1] == b"\x00" and len(first.value()) > 5, first.value()[:20]
     finally:
         consumer.close()
+
+
+def _assert_plain_progress(err: str, out: str) -> None:
+    assert "\r" not in out and "\r" not in err
+    raw = [line for line in (out + err).splitlines() if re.match(r"%\d\|", line)]
+    assert raw == [], raw
+    steps = ["resolving Apache Kafka's jars", "starting a local Kafka broker", "Apache Kafka ",
+             "Schema Registry", "producing 3000 lines", "produced 3000/3000 lines",
+             "the pipeline runs Spark in a child process", "run 1: pipeline with",
+             "final run: restart from the checkpoint", "work directory kept"]
+    at = [err.find(s) for s in steps]
+    assert -1 not in at and at == sorted(at), dict(zip(steps, at, strict=True))

@@ -5,7 +5,7 @@
   lazily inside a function or through ``importlib``.
   Nor do they reach into a DataFrame's JVM (``_jdf``, ``_jvm``, ``sparkContext``,
   ``rdd``), which a Spark Connect session does not have.
-- No module under ``connectors/`` is longer than 500 lines.
+- No module under ``connectors/`` is longer than 500 lines, and no function longer than 80.
 - The Kafka source and sink never import each other: nothing under
   ``connectors/kafka/source/`` imports ``connectors.kafka.sink``, nor the other way round,
   not even lazily; what they share is ``connectors/kafka/common.py``.
@@ -127,6 +127,24 @@ def test_no_module_is_longer_than_500_lines() -> None:
         if n > MAX_LINES:
             long[os.path.relpath(path, PACKAGE)] = n
     assert not long, f"modules above {MAX_LINES} lines: {long}"
+
+
+#: The longest a function or method may be, docstring included: one that does not fit a
+#: screen and a half holds more than one step (split it where its steps part).
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    long = []
+    for path in modules():
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{os.path.relpath(path, PACKAGE)}:{node.lineno} {node.name} "
+                                f"({n} lines)")
+    assert not long, f"functions above {MAX_FUNCTION_LINES} lines: {long}"
 
 
 @pytest.mark.parametrize("path", modules(*SPARK_FREE),

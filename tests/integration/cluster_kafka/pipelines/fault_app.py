@@ -78,6 +78,13 @@ def main(argv: list[str]) -> int:
         queries[name] = (writer.queryName(name).option("sink_id", sink_id)
                          .option("checkpointLocation", os.path.join(work, "checkpoint"))
                          .trigger(processingTime="1 second").start())
+        # One query starts at a time, as an operator's script would: each start launches
+        # Spark's Python runners, and on two cores several at once can outlast Spark's wait
+        # for a new Python worker to connect back.
+        began = time.monotonic()
+        while (queries[name].isActive and queries[name].lastProgress is None
+               and time.monotonic() - began < 120):
+            time.sleep(0.2)
     print("QUERIES STARTED", flush=True)
     while not os.path.exists(args.stop):
         for name, q in queries.items():
