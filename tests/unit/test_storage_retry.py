@@ -122,7 +122,8 @@ def test_a_stream_waits_out_enospc_and_writes_each_byte_once(
 
 @pytest.mark.parametrize(("error", "transient"), [
     ("connection", True), ("timeout", True), ("safemode", True), ("retriable", True),
-    ("standby", True), ("datanode-503", True), ("not-found", False), ("exists", False),
+    ("standby", True), ("datanode-503", True), ("no-datanode", True),
+    ("namenode-gone", True), ("not-found", False), ("exists", False),
     ("access", False), ("rename-false", False),
 ])
 def test_hdfs_errors_a_retry_outlasts(error: str, transient: bool) -> None:
@@ -140,6 +141,11 @@ def test_hdfs_errors_a_retry_outlasts(error: str, transient: bool) -> None:
         "standby": HdfsError("Operation category WRITE is not supported in state standby",
                              exception="StandbyException"),
         "datanode-503": HdfsError(b"503 Service Unavailable".decode()),
+        "no-datanode": HdfsError("Failed to find datanode, suggest to check cluster health. "
+                                 "excludeDatanodes=null", exception="IOException"),
+        "namenode-gone": HdfsError('End of File Exception between local host is: "vm/"; '
+                                   'destination host is: "localhost":34433; : '
+                                   "java.io.EOFException", exception="EOFException"),
         "not-found": HdfsError("File does not exist: /x", exception="FileNotFoundException"),
         "exists": HdfsError("/x already exists", exception="FileAlreadyExistsException"),
         "access": HdfsError("Permission denied", exception="AccessControlException"),

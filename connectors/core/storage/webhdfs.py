@@ -36,6 +36,13 @@ _UPLOAD_CHUNK = 1024 * 1024
 #: the NameNode's answers that a retry outlasts
 _TRANSIENT_REMOTE = ("SafeModeException", "RetriableException", "StandbyException",
                      "ObserverRetryOnActiveException")
+#: what a DataNode answers when the NameNode behind it is down or restarting (Hadoop's RPC
+#: client names the network error it met in its exception class, and in the text)
+_NAMENODE_UNREACHABLE = ("EOFException", "ConnectException", "SocketTimeoutException",
+                         "NoRouteToHostException", "SocketException")
+#: what a NameNode says while no DataNode has registered with it yet (just restarted, or
+#: the DataNodes restarting): a plain IOException, told by its text
+_NO_DATANODE = ("Failed to find datanode", "could only be written to 0 of the")
 #: the HTTP client's errors (requests, urllib3) that a retry outlasts, by class name (and
 #: Python's own ConnectionError): refused, reset, dropped, timed out, a body cut short
 _TRANSIENT_CLIENT = frozenset({"ConnectionError", "Timeout", "ChunkedEncodingError",
@@ -248,10 +255,14 @@ def is_transient(e: BaseException) -> bool:
     if type(e).__name__ != "HdfsError":
         return False
     remote = getattr(e, "exception", None)
-    if remote in _TRANSIENT_REMOTE:
+    if remote in _TRANSIENT_REMOTE or remote in _NAMENODE_UNREACHABLE:
         return True
     text = str(e)
     if "safe mode" in text.lower() or "StandbyException" in text:
+        return True
+    if any(words in text for words in _NO_DATANODE) or any(
+            f"java.io.{name}" in text or f"java.net.{name}" in text
+            for name in _NAMENODE_UNREACHABLE):
         return True
     # An answer that is not a NameNode exception: a DataNode's or a gateway's 5xx page.
     return remote is None and any(f" {code}" in text or text.startswith(str(code))
