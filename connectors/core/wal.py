@@ -148,7 +148,9 @@ class WriteAheadLog:
 
     # -- records ------------------------------------------------------------------------
     def append(self, seq: int, record: dict[str, Any]) -> bool:
-        """Write record ``seq``. Returns False if an identical record is already there.
+        """Write record ``seq``. Returns False if an identical record is already there (a
+        replay, or this call's own create whose answer was lost: it cannot tell the two
+        apart, and neither is an error).
 
         Write-once: a different record under an existing ``seq`` raises :class:`WalError`,
         because it means two planners disagree about what window ``seq`` holds.

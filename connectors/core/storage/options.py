@@ -94,7 +94,7 @@ STORAGE_OPTIONS: tuple[StorageOptionSpec, ...] = (
     StorageOptionSpec("retryTimeout", "duration", {_ALL: "retry:retry_timeout"},
                       "how long a storage operation that failed transiently (a full or "
                       "failing disk, a NameNode or DataNode restarting, an unreachable store, "
-                      "a 5xx or SlowDown answer) is run again, from its first failure", 20.0,
+                      "a 5xx or SlowDown answer) is run again, from its first failure", 10.0,
                       _EVERY, minimum=0.0),
     StorageOptionSpec("maxRetries", "integer", {_ALL: "retry:max_retries"},
                       "how many times at most one storage operation is run again "

@@ -6,16 +6,19 @@ One budget, declared once as ``storage.*`` options (``options.py``) and applied 
 store, so a full local disk, a NameNode restarting and an S3 503 SlowDown are ridden
 through alike:
 
-- ``storage.retryTimeout`` (20 s): from the operation's first failure, how long it is tried
+- ``storage.retryTimeout`` (10 s): from the operation's first failure, how long it is tried
   again;
 - ``storage.maxRetries`` (100): how many times at most;
 - ``storage.retryBackoff`` (100 ms) doubling up to ``storage.retryBackoffMax`` (2 s): the
   pauses. With the defaults ``retryTimeout`` decides (100 tries would last minutes).
 
-Why 20 s: long enough for a disk someone frees, a server restarted on the same machine, a
+Why 10 s: long enough for a disk someone frees, a server restarted on the same machine, a
 burst of throttling; short enough that a store that is not there at all (a wrong endpoint)
-fails the query's start within half a minute. Raise it to ride through longer outages (a
-production NameNode stays in safe mode 30 s and more after a restart).
+fails the query's start within half a minute, and that an object store with no credentials
+anywhere says so within 30 s even when the instance-metadata endpoint hangs (obstore's
+budget covers that endpoint too, and a hanging request costs one ``requestTimeout`` past
+it). Raise it to ride through longer outages (a production NameNode stays in safe mode 30 s
+and more after a restart).
 
 On object stores obstore applies this budget to each request itself (its ``RetryConfig``),
 and this module's loop takes only what obstore does not retry (``object_store_errors``).
@@ -63,7 +66,7 @@ class RetryBudget:
     """``storage.retryTimeout``, ``storage.maxRetries``, ``storage.retryBackoff``,
     ``storage.retryBackoffMax`` (the declared defaults)."""
 
-    timeout: float = 20.0
+    timeout: float = 10.0
     max_retries: int = 100
     backoff: float = 0.1
     backoff_max: float = 2.0
