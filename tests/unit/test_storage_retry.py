@@ -164,6 +164,11 @@ def test_hdfs_errors_a_retry_outlasts(error: str, transient: bool) -> None:
     ("Generic S3 error: Error performing PUT http://h/b/k in 30s, after 41 retries, "
      "max_retries: 100, retry_timeout: 30s - HTTP error: error sending request ... "
      "ConnectionReset", False),
+    # obstore retried 500s and refusals, then stopped at a conditional PUT reset
+    # mid-request (seen while SeaweedFS restarted): its budget was not spent, so again
+    ("Generic S3 error: Error performing PUT http://h/b/k in 15.778866335s, after 31 "
+     "retries, max_retries: 100, retry_timeout: 90s  - HTTP error: error sending request"
+     "\n\nDebug source:\n... Os { code: 104, kind: ConnectionReset, ... }", True),
     # no credentials: the identity endpoint is not a fault that passes
     ("Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in 1s "
      "- HTTP error: operation timed out", False),

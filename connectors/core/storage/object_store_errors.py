@@ -12,9 +12,9 @@ Two layers retry, both within ``storage.retryTimeout`` and ``storage.maxRetries`
    try had succeeded is answered 412, which reads as "exists", and every caller reads the
    object back and compares (``wal._create_or_existing``): its own bytes are its own write.
 
-An error obstore already retried until its budget ran out ("after N retries") is not
-retried again, and neither is a failed request to an instance-identity endpoint (no
-credentials is not a fault that passes).
+An error obstore already retried until its budget ran out ("after N retries" with N at
+``max_retries`` or the time past ``retry_timeout``) is not retried again, and neither is a
+failed request to an instance-identity endpoint (no credentials is not a fault that passes).
 """
 
 from __future__ import annotations
@@ -52,9 +52,21 @@ def is_transient(e: BaseException) -> bool:
     if not isinstance(e, BaseError):
         return False
     text = str(e)
-    if re.search(r"after \d+ retries", text) or _asked_identity(text):
+    if _obstore_budget_spent(text) or _asked_identity(text):
         return False
     return any(marker in text for marker in _LOST_MID_REQUEST)
+
+
+def _obstore_budget_spent(text: str) -> bool:
+    """obstore gave up because its retry budget ran out (``in 90.1s, after 31 retries,
+    max_retries: 100, retry_timeout: 90s``), not because the last try was a conditional
+    create reset mid-request, which it does not retry whatever its budget."""
+    m = re.search(r"in ([\d.]+)s, after (\d+) retries, max_retries: (\d+), "
+                  r"retry_timeout: ([\d.]+)s", text)
+    if m is None:
+        return re.search(r"after \d+ retries", text) is not None
+    seconds, tries, max_tries, timeout = (float(g) for g in m.groups())
+    return tries >= max_tries or seconds >= timeout
 
 
 def _spent(spent: list[Retried] | None) -> str:
