@@ -14,6 +14,12 @@ done on the real service, and returns when the fault has happened:
   cannot suffer one raises :class:`Unsupported`; the databases' network faults are the
   :class:`~tests.sql_proxy.SqlProxy` in front of them.
 
+Storage adds its own (:class:`DiskNemesis`, :class:`SeaweedNemesis`, :class:`HdfsNemesis`):
+``fill()``/``free()`` a small tmpfs the test mounts (as root) to the last byte, and remount it
+read-only; ``crash()``/``down()`` the S3 server or one HDFS daemon on the same ports and data;
+``throttle()`` (503 SlowDown, 500, resets, 10 s delays) and ``drop_answer()`` through the
+:class:`~tests.http_proxy.HttpProxy` in front of a store.
+
 Database servers add the faults of concurrent sessions: :meth:`DatabaseNemesis.row_lock`
 (another session holds rows), :meth:`DatabaseNemesis.session` (a second writer, for a
 deadlock or a concurrent update).
@@ -30,6 +36,7 @@ step's snapshot), then lets the step go on.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -87,6 +94,10 @@ class Nemesis:
 
     def fill(self) -> None:
         raise Unsupported(f"{self.name}: fill")
+
+    def free(self) -> None:
+        """Undo :meth:`fill`."""
+        raise Unsupported(f"{self.name}: free")
 
     def throttle(self, share: float) -> None:
         raise Unsupported(f"{self.name}: throttle")
@@ -396,3 +407,172 @@ class HeldStep:
         if self._thread is not None:
             self._thread.join(60)
         self._restore()
+
+
+# -- storage ----------------------------------------------------------------------------------
+class DiskNemesis(Nemesis):
+    """A tmpfs of ``size_mb`` the test mounts at ``directory`` (needs root: ``mount -t
+    tmpfs``), filled to the last byte by :meth:`fill` and kept full (anything a writer frees
+    is taken again at once, as a runaway log would) until :meth:`free`. Use it as a context
+    manager: it is unmounted at the end, whatever happened."""
+
+    name = "disk"
+
+    def __init__(self, directory: str, size_mb: int = 16) -> None:
+        self.directory = directory
+        self.size_mb = size_mb
+        self.filler = os.path.join(directory, ".filler")
+        self._keep_full: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.mounted = False
+
+    def __enter__(self) -> DiskNemesis:
+        os.makedirs(self.directory, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs",  # noqa: S607
+                        self.directory], check=True, capture_output=True, timeout=30)
+        self.mounted = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+        if self.mounted:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                subprocess.run(["umount", "-l", self.directory], check=True,  # noqa: S607
+                               capture_output=True, timeout=30)
+            self.mounted = False
+
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.directory)
+        return st.f_bavail * st.f_frsize
+
+    def _top_up(self) -> int:
+        """Append to the filler until not one more byte fits; returns the bytes added."""
+        added = 0
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            size = 1 << 20
+            while size >= 1:
+                try:
+                    added += os.write(fd, b"\0" * size)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    size //= 2
+        finally:
+            os.close(fd)
+        return added
+
+    def fill(self, leave: int = 0) -> int:
+        """Fill the filesystem to the last byte (``leave``: that many bytes stay free, for a
+        write to run out of space half-way) and keep it so until :meth:`free`; returns the
+        filler's size."""
+        self._top_up()
+        if leave:
+            os.truncate(self.filler, max(0, os.path.getsize(self.filler) - leave))
+            return os.path.getsize(self.filler)
+        stop = self._keep_full = threading.Event()
+
+        def keep_full() -> None:
+            while not stop.wait(0.02):
+                with contextlib.suppress(OSError):
+                    self._top_up()
+
+        self._thread = threading.Thread(target=keep_full, daemon=True)
+        self._thread.start()
+        return os.path.getsize(self.filler)
+
+    def free(self) -> None:
+        if self._keep_full is not None:
+            self._keep_full.set()
+            if self._thread is not None:
+                self._thread.join(10)
+            self._keep_full = self._thread = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.filler)
+
+    def read_only(self, on: bool = True) -> None:
+        """Remount the filesystem read-only (``EROFS`` for every write), or back."""
+        subprocess.run(["mount", "-o", f"remount,{'ro' if on else 'rw'}",  # noqa: S607
+                        self.directory], check=True, capture_output=True, timeout=30)
+
+
+class _ProxiedStore(Nemesis):
+    """The network faults of a store with a :class:`~tests.http_proxy.HttpProxy` in front."""
+
+    proxy: Any = None
+
+    def _proxy(self) -> Any:
+        if self.proxy is None:
+            raise Unsupported(f"{self.name}: this fault needs an HttpProxy in front")
+        return self.proxy
+
+    def throttle(self, share: float, kinds: tuple[str, ...] = ("slowdown", "error", "reset"),
+                 delay: float = 10.0) -> None:
+        """``share`` of the requests answered with one of ``kinds`` (tests/http_proxy.py)."""
+        self._proxy().faults(share, kinds, delay)
+
+    def delay(self, n: int, seconds: float = 10.0) -> None:
+        """The next ``n`` requests answered ``seconds`` late."""
+        self._proxy().delay_next(n, seconds)
+
+    def drop_answer(self, what: Any = None, how: str = "close") -> Any:
+        """Lose the answer of the first request of each key that ``what`` matches (default:
+        the conditional creates, ``If-None-Match: *``)."""
+        proxy = self._proxy()
+        if what is None:
+            proxy.drop_answers(how=how)
+        else:
+            proxy.drop_answers(what, how=how)
+        return proxy
+
+    def cut(self) -> int:
+        return int(self._proxy().drop_all())
+
+    def calm(self) -> None:
+        """No more proxy faults."""
+        self._proxy().clear()
+
+
+class SeaweedNemesis(_ProxiedStore):
+    """The S3 server of :class:`~tests.services.s3.LocalSeaweed`, restarted on its port and
+    data directory, and the :class:`~tests.http_proxy.HttpProxy` in front of it, if any."""
+
+    name = "s3"
+
+    def __init__(self, server: Any, proxy: Any = None) -> None:
+        self.server = server
+        self.proxy = proxy
+
+    def crash(self) -> None:
+        self.server.halt(kill=True)
+        self.start()
+
+    def stop(self) -> None:
+        self.server.halt()
+
+    def start(self) -> None:
+        self.server.start()
+
+
+class HdfsNemesis(_ProxiedStore):
+    """One daemon (``namenode`` or ``datanode``) of a :class:`~tests.services.hdfs.LocalHdfs`,
+    restarted on its ports and data directories; a NameNode comes back in safe mode for
+    ``safe_mode_seconds`` (what a production one does after a restart)."""
+
+    def __init__(self, hdfs: Any, daemon: str, *, safe_mode_seconds: float = 0.0,
+                 proxy: Any = None) -> None:
+        self.hdfs = hdfs
+        self.daemon = daemon
+        self.name = f"hdfs {daemon}"
+        self.safe_mode_seconds = safe_mode_seconds
+        self.proxy = proxy
+
+    def crash(self) -> None:
+        self.hdfs.stop_daemon(self.daemon, kill=True)
+        self.start()
+
+    def stop(self) -> None:
+        self.hdfs.stop_daemon(self.daemon)
+
+    def start(self) -> None:
+        self.hdfs.start_daemon(self.daemon, safe_mode_seconds=self.safe_mode_seconds)

@@ -71,29 +71,62 @@ def read_record(storage: Storage, path: str, what: str) -> dict[str, Any] | None
         if not storage.exists(path):
             return None
         raise WalError(f"{what}: cannot read {storage.url(path)}: {e}") from e
+    return _decode(data, what)
+
+
+def create_or_same(storage: Storage, path: str, data: bytes, what: str = "record") -> bool:
+    """Create ``path`` with ``data``; True if this call created it, False if identical
+    bytes were already there (a replay, or this writer's own create retried after its
+    answer was lost); raises :class:`WalError` if different bytes were (another writer's
+    decision stands)."""
+    existing = _create_or_existing(storage, path, data)
+    if existing is None:
+        return True
+    if existing == data:
+        return False
+    raise WalError(
+        f"{storage.url(path)}: {what} already exists with different content (existing "
+        f"{existing[:200]!r}, new {data[:200]!r}); refusing to overwrite it"
+    )
+
+
+def _create_or_existing(storage: Storage, path: str, data: bytes) -> bytes | None:
+    """Create ``path`` with ``data``: None when this call created it, else the bytes there.
+
+    The create is the commit point on every store, and its answer can be lost: a
+    conditional PUT that succeeded and whose response never arrived is sent again by the
+    client and answered 412; a RENAME on HDFS run again finds its target there. The
+    writer's own object then reads back byte for byte as ``data``, so callers that compare
+    (``create_or_same``, :meth:`WriteAheadLog.create`, :meth:`WriteAheadLog.commit`) tell
+    their own create from another writer's: every record carries what makes it one
+    writer's (a window's offsets, a plan's time and files, a commit's time and sink id)."""
+    try:
+        storage.create(path, data)
+        return None
+    except FileExistsError:
+        try:
+            return storage.read(path)
+        except FileNotFoundError:
+            raise WalError(f"{storage.url(path)}: existed, but was gone before it could be "
+                           "read; something else deletes in this directory") from None
+
+
+def _own(storage: Storage, path: str, data: bytes, existing: bytes) -> bool:
+    """The existing bytes are this call's own (its create retried after a lost answer)."""
+    if existing != data:
+        return False
+    log.info("%s: already there with this writer's bytes (its create was retried after "
+             "the answer was lost, or replayed): taken as its own", storage.url(path))
+    return True
+
+
+def _decode(data: bytes, what: str) -> dict[str, Any]:
     try:
         # A commit marker may be an empty file: it holds no info.
         value: dict[str, Any] = json.loads(data) if data.strip() else {}
     except ValueError as e:
         raise WalError(f"{what} is not valid JSON: {e}") from e
     return value
-
-
-def create_or_same(storage: Storage, path: str, data: bytes, what: str = "record") -> bool:
-    """Create ``path`` with ``data``; True if this call created it, False if identical
-    bytes were already there (a replay, or this writer's own retried request); raises
-    :class:`WalError` if different bytes were (another writer's decision stands)."""
-    try:
-        storage.create(path, data)
-        return True
-    except FileExistsError:
-        existing = storage.read(path)
-        if existing == data:
-            return False
-        raise WalError(
-            f"{storage.url(path)}: {what} already exists with different content (existing "
-            f"{existing[:200]!r}, new {data[:200]!r}); refusing to overwrite it"
-        ) from None
 
 
 class WriteAheadLog:
@@ -115,7 +148,9 @@ class WriteAheadLog:
 
     # -- records ------------------------------------------------------------------------
     def append(self, seq: int, record: dict[str, Any]) -> bool:
-        """Write record ``seq``. Returns False if an identical record is already there.
+        """Write record ``seq``. Returns False if an identical record is already there (a
+        replay, or this call's own create whose answer was lost: it cannot tell the two
+        apart, and neither is an error).
 
         Write-once: a different record under an existing ``seq`` raises :class:`WalError`,
         because it means two planners disagree about what window ``seq`` holds.
@@ -128,17 +163,16 @@ class WriteAheadLog:
 
     def create(self, seq: int, record: dict[str, Any]) -> dict[str, Any] | None:
         """Create record ``seq`` unless one exists; returns the existing record (None when
-        this call created it). For records whose content legitimately differs between two
-        writers (the file sink's plan): the caller decides what an existing one means."""
+        this call created it, or when the existing one holds this call's very bytes: its
+        own create, retried after the answer was lost). For records whose content
+        legitimately differs between two writers (the file sink's plan, which carries the
+        time it was made): the caller decides what another writer's record means."""
         path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
-        try:
-            self.storage.create(path, encode(record))
+        data = encode(record)
+        existing = _create_or_existing(self.storage, path, data)
+        if existing is None or _own(self.storage, path, data, existing):
             return None
-        except FileExistsError:
-            existing = read_record(self.storage, path, f"{self!r}: record {seq}")
-            if existing is None:
-                raise WalError(f"{self!r}: record {seq} exists but cannot be read") from None
-            return existing
+        return _decode(existing, f"{self!r}: record {seq}")
 
     def get(self, seq: int) -> dict[str, Any] | None:
         path = self.storage.join(self.dir, _name(seq, RECORD_EXT))
@@ -170,14 +204,16 @@ class WriteAheadLog:
     # -- commit markers -----------------------------------------------------------------
     def commit(self, seq: int, info: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """Mark ``seq`` committed, once: the marker (holding ``info``) is created if absent.
-        Returns None when this call committed it, else the info of the existing marker
-        (an earlier attempt's commit, or a racing writer's)."""
+        Returns None when this call committed it (or the marker holds this call's very
+        bytes: its create retried after a lost answer, or a replay of the same info), else
+        the info of the existing marker (an earlier attempt's commit, or a racing
+        writer's)."""
         path = self.storage.join(self.dir, _name(seq, COMMIT_EXT))
-        try:
-            self.storage.create(path, encode(info or {}))
+        data = encode(info or {})
+        existing = _create_or_existing(self.storage, path, data)
+        if existing is None or _own(self.storage, path, data, existing):
             return None
-        except FileExistsError:
-            return read_record(self.storage, path, f"{self!r}: commit marker {seq}") or {}
+        return _decode(existing, f"{self!r}: commit marker {seq}") or {}
 
     def is_committed(self, seq: int) -> bool:
         return self.storage.exists(self.storage.join(self.dir, _name(seq, COMMIT_EXT)))

@@ -12,6 +12,10 @@ from Maven Central:
    small file goes through WebHDFS and back (the two-step CREATE: the NameNode answers 307
    with a ``Location`` on the DataNode's HTTP port, the client PUTs the bytes there).
 
+:meth:`LocalHdfs.stop_daemon` and :meth:`LocalHdfs.start_daemon` stop one daemon and start it
+again on the same ports and data directories (the storage faults of ``tests/nemesis.py``);
+a NameNode can come back in safe mode for a while, as a production one does.
+
 Single node: replication 1, permissions off (any WebHDFS user may write anywhere), safe mode
 left as soon as the NameNode starts (no block threshold, no extension). The DataNode
 registers as ``127.0.0.1``, so WebHDFS redirects point at loopback. Logs and every file of
@@ -27,6 +31,7 @@ is absent and nothing here needs it.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import re
@@ -117,6 +122,12 @@ _JAVA17_OPENS = ("java.base/java.lang", "java.base/java.nio", "java.base/sun.nio
                  "java.base/sun.security.util")
 
 
+_MAIN_CLASS = {
+    "namenode": "org.apache.hadoop.hdfs.server.namenode.NameNode",
+    "datanode": "org.apache.hadoop.hdfs.server.datanode.DataNode",
+}
+
+
 def _xml(properties: dict[str, str]) -> str:
     body = "".join(
         f"  <property><name>{k}</name><value>{v}</value></property>\n"
@@ -148,6 +159,7 @@ class LocalHdfs:
         self.version = "?"
         self.started_in: float | None = None  # seconds from format to ready
         self._classpath = ""
+        self._user = ""
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- layout ------------------------------------------------------------------------------
@@ -158,14 +170,17 @@ class LocalHdfs:
         return ", ".join(str(self.workdir / n) for n in (
             "namenode.log", "namenode.out", "datanode.log", "datanode.out"))
 
-    def _write_config(self, user: str) -> None:
+    def _write_config(self, user: str, overrides: dict[str, str] | None = None) -> None:
         conf = self.workdir / "conf"
         conf.mkdir(parents=True, exist_ok=True)
         values = {"workdir": self.workdir, "user": user, "rpc_port": self.rpc_port,
                   "http_port": self.http_port, "dn_port": self.dn_port,
                   "dn_http_port": self.dn_http_port, "dn_ipc_port": self.dn_ipc_port}
         for name, props in _SITE.items():
-            (conf / name).write_text(_xml({k: v.format(**values) for k, v in props.items()}))
+            settings = {k: v.format(**values) for k, v in props.items()}
+            if name == "hdfs-site.xml":
+                settings.update(overrides or {})
+            (conf / name).write_text(_xml(settings))
         (conf / "log4j.properties").write_text(_LOG4J)
         for app in ("hdfs", "datanode"):
             (self.workdir / "resources" / "webapps" / app).mkdir(parents=True, exist_ok=True)
@@ -190,9 +205,8 @@ class LocalHdfs:
         self.version = maven.jar_version(jars, "hadoop-hdfs") or "?"
         self._classpath = ":".join([str(self.workdir / "conf"), str(self.workdir / "resources"),
                                     maven.classpath(jars)])
-        import getpass
-
-        self._write_config(getpass.getuser())
+        self._user = getpass.getuser()
+        self._write_config(self._user)
         fmt = subprocess.run(  # noqa: S603 - fixed argv
             self._java("format", "org.apache.hadoop.hdfs.server.namenode.NameNode",
                        "-format", "-force", "-nonInteractive"),
@@ -205,15 +219,8 @@ class LocalHdfs:
                 f"{(fmt.stdout + fmt.stderr)[-2000:]}"
             )
         try:
-            for daemon, main_class in (
-                ("namenode", "org.apache.hadoop.hdfs.server.namenode.NameNode"),
-                ("datanode", "org.apache.hadoop.hdfs.server.datanode.DataNode"),
-            ):
-                with open(self.workdir / f"{daemon}.out", "ab") as out:
-                    self._procs[daemon] = subprocess.Popen(  # noqa: S603 - fixed argv
-                        self._java(daemon, main_class), stdout=out, stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
+            for daemon in _MAIN_CLASS:
+                self._spawn(daemon)
             self._wait_ready(began + timeout)
         except BaseException:
             self.keep = True  # the error names these logs
@@ -224,6 +231,65 @@ class LocalHdfs:
                  "logs in %s", self.version, self.hdfs_url, self.webhdfs_url,
                  self.dn_port, self.started_in, self.log_dir)
         return self
+
+    def _spawn(self, daemon: str) -> None:
+        with open(self.workdir / f"{daemon}.out", "ab") as out:
+            self._procs[daemon] = subprocess.Popen(  # noqa: S603 - fixed argv
+                self._java(daemon, _MAIN_CLASS[daemon]), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    # -- faults (tests/nemesis.py): one daemon stopped and started again ----------------------
+    def stop_daemon(self, daemon: str, *, kill: bool = False) -> None:
+        """Stop the ``namenode`` or ``datanode``: SIGTERM (a clean shutdown), or SIGKILL."""
+        proc = self._procs.pop(daemon, None)
+        if proc is None:
+            return
+        if kill:
+            proc.kill()
+            proc.wait(30)
+        else:
+            _stop(proc, grace=10.0)
+
+    def start_daemon(self, daemon: str, *, safe_mode_seconds: float = 0.0,
+                     timeout: float = 120.0) -> None:
+        """Start the daemon again on the same ports and data directories. Returns once
+        HDFS takes writes again; a NameNode started with ``safe_mode_seconds`` stays in
+        safe mode that long after its DataNode reported its blocks (``safemode.extension``,
+        as a production NameNode does for 30 s after a restart), and this returns as soon
+        as it answers (in safe mode), so that clients meet the safe mode."""
+        overrides = {}
+        if daemon == "namenode" and safe_mode_seconds > 0:
+            overrides = {"dfs.namenode.safemode.threshold-pct": "0.999",
+                         "dfs.namenode.safemode.min.datanodes": "1",
+                         "dfs.namenode.safemode.extension": str(int(safe_mode_seconds * 1000))}
+        self._write_config(self._user, overrides)
+        self._spawn(daemon)
+        deadline = time.monotonic() + timeout
+        if overrides:
+            self._wait_answers(deadline)
+        else:
+            self._wait_ready(deadline)
+
+    def _wait_answers(self, deadline: float) -> None:
+        """Until the NameNode answers JMX in safe mode (or already out of it)."""
+        last: Exception | str = "not polled yet"
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                state = self._jmx("FSNamesystemState").get("FSState")
+                if state in ("safeMode", "Operational"):
+                    return
+                last = f"FSState {state!r}"
+            except Exception as e:  # noqa: BLE001 - not up yet
+                last = e
+            time.sleep(0.1)
+        raise ConnectorError(f"the HDFS NameNode did not answer again in time: {last} "
+                             f"(logs: {self._logs()})")
+
+    def safe_mode(self) -> bool:
+        """The NameNode is in safe mode now (its JMX says so)."""
+        return self._jmx("FSNamesystemState").get("FSState") == "safeMode"
 
     def _jmx(self, bean: str) -> dict[str, Any]:
         url = f"{self.webhdfs_url}/jmx?qry=Hadoop:service=NameNode,name={bean}"

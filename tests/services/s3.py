@@ -6,6 +6,9 @@ process, on free loopback ports, with data in a temp directory. It speaks signed
 Signature V4) with the identities of a config file, and enforces conditional writes
 (``If-None-Match: *``), which is what the exactly-once commit points rely on.
 
+:meth:`LocalSeaweed.halt` and :meth:`LocalSeaweed.start` stop the server and start it again
+on the same ports and data directory (the storage faults of ``tests/nemesis.py``).
+
 Set-up differs from SeaweedFS's defaults where a test must see what AWS S3 does:
 
 - ``-s3.autoCreateBucket=false``: a PUT into a bucket that does not exist fails
@@ -151,6 +154,7 @@ class LocalSeaweed:
         self.keep = keep
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self._ports: tuple[int, ...] = ()
         self.version = "?"
         self.log_path = os.path.join(self.workdir, "weed.log")
 
@@ -178,7 +182,9 @@ class LocalSeaweed:
             {"name": "eo", "credentials": [{"accessKey": APP[0], "secretKey": APP[1]}],
              "actions": ["Read", "Write", "List"]},
         ]}))
-        master, volume, filer, s3 = (_free_pair() for _ in range(4))
+        if not self._ports:  # a start again (a restart) keeps the ports and the data
+            self._ports = tuple(_free_pair() for _ in range(4))
+        master, volume, filer, s3 = self._ports
         self.port = s3
         cmd = [
             weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
@@ -187,7 +193,7 @@ class LocalSeaweed:
             "-s3", f"-s3.port={s3}", f"-s3.config={config}", "-s3.autoCreateBucket=false",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
-        with open(self.log_path, "wb") as logf:
+        with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
                 cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=self.workdir,
                 start_new_session=True)
@@ -220,16 +226,22 @@ class LocalSeaweed:
         raise ConnectorError(f"SeaweedFS S3 did not answer within {timeout:.0f}s: {last} "
                              f"(log: {self.log_path})")
 
-    def stop(self) -> None:
+    def halt(self, *, kill: bool = False) -> None:
+        """Stop the server, keeping its data and ports (:meth:`start` brings it back on
+        both): SIGTERM, or SIGKILL with ``kill`` (the machine losing it)."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 15)
+                os.killpg(self.proc.pid, 9 if kill else 15)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, 9)
                 self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        self.halt()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

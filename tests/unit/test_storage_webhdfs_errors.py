@@ -5,11 +5,12 @@ tests/integration/test_storage_webhdfs.py.)"""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from connectors.core.errors import StorageError
-from connectors.core.storage import storage_for
+from connectors.core.storage import storage_for, storage_options_from
 from connectors.core.wal import WriteAheadLog
 
 
@@ -20,10 +21,16 @@ def closed_port() -> int:
 
 
 def test_unreachable_namenode_is_a_storage_error_naming_op_and_url():
+    """A refused connection is what a restarting NameNode looks like: retried within the
+    budget (storage.retryTimeout, here 300 ms), then the error names the budget too."""
     port = closed_port()
-    storage, root = storage_for(f"webhdfs://127.0.0.1:{port}/wal")
-    with pytest.raises(StorageError, match=rf"HDFS stat failed for webhdfs://127.0.0.1:{port}/wal"):
+    storage, root = storage_for(f"webhdfs://127.0.0.1:{port}/wal",
+                                options=storage_options_from({"retryTimeout": "300ms"}, "t"))
+    began = time.monotonic()
+    with pytest.raises(StorageError, match=rf"HDFS stat failed for webhdfs://127.0.0.1:{port}/wal"
+                       r".*storage.retryTimeout=0.3s"):
         storage.exists(root)
+    assert 0.3 <= time.monotonic() - began < 10
     with pytest.raises(StorageError, match=r"HDFS write failed for .*/wal/x"):
         storage.write_atomic(storage.join(root, "x"), b"1")
     with pytest.raises(StorageError, match="HDFS stat failed"):

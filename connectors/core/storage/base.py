@@ -38,6 +38,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from typing import IO, Any
 
 from connectors.core.errors import StorageError
+from connectors.core.storage.disk import NoHardLinks
 
 log = logging.getLogger(__name__)
 
@@ -214,21 +215,34 @@ def check_create_if_absent(storage: Storage, directory: str) -> None:
 
 
 def _probe(storage: Storage, directory: str) -> str | None:
+    """The refusal, or None when the store enforces create-if-absent. Errors that say
+    nothing about that (a full disk, an unreachable store, a missing bucket) are raised,
+    and not cached: the next check probes again."""
     path = storage.join(directory, f"{PROBE_PREFIX}{uuid.uuid4().hex}")
     where = storage.url(directory)
+    # A token, not a constant: a create whose answer was lost is retried by the client and
+    # finds the object there; reading back our own token tells that from another writer.
+    token = uuid.uuid4().hex.encode()
     try:
-        storage.create(path, b"1")
+        storage.create(path, token)
     except StorageError:
-        raise  # unreachable, missing bucket, no permission: the backend's own message
+        raise  # a full disk, unreachable, missing bucket, no permission: the backend's words
     except FileExistsError:
-        return (f"{storage.kind} at {where}: a create-if-absent of a fresh probe name found "
-                "it already there; the store does not behave as a filesystem or bucket")
-    except OSError as e:
+        if _read_back(storage, path) != token:
+            return (f"{storage.kind} at {where}: a create-if-absent of a fresh probe name "
+                    "found it already there; the store does not behave as a filesystem or "
+                    "bucket")
+        log.info("%s at %s: the probe's create was retried after its answer was lost, and "
+                 "found its own object", storage.kind, where)
+    except NoHardLinks as e:
         return (f"{storage.kind} at {where} cannot create a file atomically ({e}); the "
                 "exactly-once commit points need a create-if-absent (a hard link on local "
                 "disks); use a directory on another filesystem, HDFS or an object store")
+    except OSError as e:
+        raise StorageError(f"{storage.kind} at {where}: cannot write the probe object of "
+                           f"the capability check ({e})") from e
     try:
-        storage.create(path, b"2")
+        storage.create(path, uuid.uuid4().hex.encode())
     except FileExistsError:
         log.debug("%s at %s enforces create-if-absent", storage.kind, where)
         return None
@@ -244,6 +258,13 @@ def _probe(storage: Storage, directory: str) -> str | None:
             "ignored). Two writers of one commit record could then both win, so nothing was "
             "written; use a store that enforces conditional writes (AWS S3, GCS, Azure "
             "Blob, MinIO, SeaweedFS >= 4, Cloudflare R2), HDFS or a local path")
+
+
+def _read_back(storage: Storage, path: str) -> bytes | None:
+    try:
+        return storage.read(path)
+    except FileNotFoundError:
+        return None
 
 
 def forget_probes() -> None:

@@ -31,25 +31,27 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-import re
 import threading
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import timedelta
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from connectors.core.errors import OptionError, StorageError
 from connectors.core.storage.base import CountingStream, Storage, is_hidden
-from connectors.core.storage.credentials import (
-    CREDENTIAL_SOURCES,
-    AwsFilesError,
-    apply_aws_profile,
-    aws_files_looked_at,
-    profile_secrets,
+from connectors.core.storage.credentials import AwsFilesError, apply_aws_profile
+from connectors.core.storage.object_store_errors import (
+    CREDENTIALS_FROM,
+    ObjectStoreErrors,
+    _unknown_key,
+    is_transient,
 )
 from connectors.core.storage.options import StorageOptions, unknown_storage_option
+from connectors.core.storage.retry import Retried, RetryBudget
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: URL scheme -> provider
 PROVIDERS = {
@@ -64,8 +66,6 @@ _BULK = 1000  # keys per bulk delete request (S3's limit; obstore splits further
 _REQUESTS: Counter[str] = Counter()
 _REQUESTS_LOCK = threading.Lock()
 _STORES: dict[Hashable, Any] = {}
-#: Where a store's credentials came from, when from the AWS shared files (for its errors).
-_CREDENTIALS_FROM: dict[Hashable, str] = {}
 _STORES_LOCK = threading.Lock()
 
 
@@ -95,7 +95,7 @@ def _obstore() -> Any:
     return obstore
 
 
-class ObjectStoreStorage(Storage):
+class ObjectStoreStorage(ObjectStoreErrors, Storage):
     """One bucket (or Azure container) of an object store. Picklable: the client is built
     lazily once per process and configuration, from :class:`StorageOptions` plus the
     provider's own environment and credential chain."""
@@ -111,6 +111,7 @@ class ObjectStoreStorage(Storage):
         self.options = options
         self.family = family
         self.kind = f"{_KIND[self.provider]} '{bucket}'"
+        self.budget = RetryBudget.of(options)
 
     def __repr__(self) -> str:
         return f"ObjectStoreStorage({self.url('/')!r})"
@@ -142,7 +143,7 @@ class ObjectStoreStorage(Storage):
                 store, source = self._build()
                 _STORES[key] = store
                 if source:
-                    _CREDENTIALS_FROM[key] = source
+                    CREDENTIALS_FROM[key] = source
         return store
 
     def _build(self) -> tuple[Any, str | None]:
@@ -152,11 +153,14 @@ class ObjectStoreStorage(Storage):
         from obstore.store import AzureStore, GCSStore, S3Store
 
         config, client, retry = self.options.resolve(self.provider)
+        # The same budget as every store's (storage.retryTimeout, maxRetries, retryBackoff,
+        # retryBackoffMax): obstore retries each request within it (object_store_errors).
         retry_config: dict[str, Any] = {
-            "max_retries": int(retry.get("max_retries", 3)),
-            "retry_timeout": timedelta(seconds=float(retry.get("retry_timeout", 10.0))),
-            "backoff": {"init_backoff": timedelta(milliseconds=100),
-                        "max_backoff": timedelta(seconds=2), "base": 2},
+            "max_retries": int(retry["max_retries"]),
+            "retry_timeout": timedelta(seconds=float(retry["retry_timeout"])),
+            "backoff": {"init_backoff": timedelta(seconds=float(retry["init_backoff"])),
+                        "max_backoff": timedelta(seconds=float(retry["max_backoff"])),
+                        "base": 2},
         }
         if self.provider == "azure" and self.account and "account_name" not in config:
             config["account_name"] = self.account
@@ -192,123 +196,42 @@ class ObjectStoreStorage(Storage):
             raise OptionError(f"{self.family}: the storage.* options do not configure a "
                               f"client: {e}", option="storage.*") from None
 
-    # -- errors ---------------------------------------------------------------------------------
-    def _clean(self, e: BaseException) -> str:
-        """obstore's message, first line only, the server's XML reduced to its code and
-        message, and every secret value scrubbed."""
-        text = str(e).split("\n\nDebug source", 1)[0]
-        code = re.search(r"<Code>([^<]+)</Code>", text)
-        message = re.search(r"<Message>([^<]+)</Message>", text)
-        text = re.sub(r"<\?xml.*", "", text, flags=re.S).strip().rstrip(":")
-        if code:
-            text += f" ({code.group(1)}{': ' + message.group(1) if message else ''})"
-        for secret in [*self.options.secrets(), *profile_secrets()]:
-            if secret:
-                text = text.replace(secret, "***")
-        return text[:600]
-
-    @contextlib.contextmanager
-    def _errors(self, op: str, path: str, *, create: bool = False) -> Iterator[None]:
-        from obstore.exceptions import (
-            AlreadyExistsError,
-            BaseError,
-            NotFoundError,
-            PermissionDeniedError,
-            PreconditionError,
-            UnauthenticatedError,
-        )
-
-        where = self.url(path)
-        try:
-            yield
-        except (AlreadyExistsError, PreconditionError) as e:
-            if create:
-                raise FileExistsError(17, "exists", where) from None
-            raise StorageError(f"{op} {where}: {self._clean(e)}") from None
-        except (NotFoundError, FileNotFoundError) as e:  # obstore raises the builtin for 404
-            text = self._clean(e)
-            if "NoSuchBucket" in text or "ContainerNotFound" in text:
-                raise StorageError(self._missing_bucket(text)) from None
-            raise FileNotFoundError(2, f"{op}: not found", where) from None
-        except UnauthenticatedError as e:
-            raise StorageError(
-                f"{self.kind}: {op} {where} was refused: the credentials{self._from()} were "
-                f"not accepted ({self._clean(e)}); check storage.accessKeyId/secretAccessKey "
-                "(or AWS_ACCESS_KEY_ID, the AWS profile, the instance role, "
-                "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*)") from None
-        except PermissionDeniedError as e:
-            text = self._clean(e)
-            if _credentials_refused(text):
-                raise StorageError(
-                    f"{self.kind}: {op} {where} was refused: the credentials{self._from()} "
-                    f"were not accepted ({text}); check storage.accessKeyId/secretAccessKey "
-                    "(or AWS_ACCESS_KEY_ID, the AWS profile, the instance role, "
-                    "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*)") from None
-            cause = "" if "(" in text.rsplit(":", 1)[-1] else (
-                "the answer gave no reason (as for every HEAD request): either the "
-                f"credentials{self._from()} are wrong or ")
-            raise StorageError(
-                f"{self.kind}: {op} {where} was denied ({text}); {cause}the role needs list, "
-                "get, put and delete on this prefix (docs/deploying.md lists them)") from None
-        except BaseError as e:
-            text = self._clean(e)
-            if "NoSuchBucket" in text or "ContainerNotFound" in text:
-                raise StorageError(self._missing_bucket(text)) from None
-            if _asked_identity(text):
-                raise StorageError(self._no_credentials(op, where, text)) from None
-            if _credentials_refused(text):
-                raise StorageError(
-                    f"{self.kind}: {op} {where} was refused: the credentials{self._from()} "
-                    f"were not accepted ({text}); check storage.accessKeyId/secretAccessKey "
-                    "(or the provider's environment, profile and identity)") from None
-            if "builder error" in text:
-                raise StorageError(
-                    f"{self.kind}: {op} {where}: the client refused the endpoint "
-                    f"{self.options.get('endpoint') or 'from the environment'}; an http:// "
-                    "endpoint needs storage.allowHttp=true") from None
-            if _unreachable(text):
-                raise StorageError(
-                    f"{self.kind}: {op} {where}: the store is unreachable at "
-                    f"{self.options.get('endpoint') or 'its default endpoint'} ({text}); "
-                    "check storage.endpoint, the network and the proxy") from None
-            raise StorageError(f"{self.kind}: {op} {where} failed: {text}") from None
-
-    def _from(self) -> str:
-        source = _CREDENTIALS_FROM.get((self.identity(), self.options))
-        return f" (from the AWS {source})" if source else ""
-
-    def _no_credentials(self, op: str, where: str, text: str) -> str:
-        """The client found no credentials and fell back to the instance identity, whose
-        metadata endpoint gave none (refused, timed out, or no identity there)."""
-        options, env, identity = CREDENTIAL_SOURCES[self.provider]
-        files = f", nor in {aws_files_looked_at()}" if self.provider == "s3" else ""
-        return (f"{self.kind}: {op} {where}: no credentials were found. None in the storage.* "
-                f"options ({options}) nor in the environment ({env}){files}, and the "
-                f"instance identity ({identity}) gave none: its metadata endpoint did not "
-                f"answer with credentials ({text}). Give credentials in one of those places "
-                "(docs/deploying.md, \"Credentials and endpoints\")")
-
-    def _missing_bucket(self, text: str) -> str:
-        return (f"{self.kind} does not exist ({text}); create it, or fix the bucket in "
-                f"the path {self.url('/')}")
-
     # -- operations -----------------------------------------------------------------------------
     @staticmethod
     def _key(path: str) -> str:
         return path.strip("/")
 
+    def _call(self, op: str, path: str, call: Callable[[], T], *, create: bool = False,
+              kind: str | None = None) -> T:
+        """``call()`` (an obstore request, counted as ``kind``) within the retry budget,
+        its errors in this package's terms (``object_store_errors``)."""
+        spent: list[Retried] = []
+
+        def counted() -> T:
+            if kind is not None:
+                _count(kind)
+            return call()
+
+        def give_up(e: Exception, retried: Retried | None) -> BaseException | None:
+            if retried is not None:
+                spent.append(retried)
+            return None
+
+        with self._errors(op, path, create=create, spent=spent):
+            return self.budget.run(counted, transient=is_transient, give_up=give_up,
+                                   what=lambda: f"{self.kind}: {op} {self.url(path)}")
+
     def create(self, path: str, data: bytes) -> None:
         obstore = _obstore()
-        _count("PUT")
-        with self._errors("create", path, create=True):
-            obstore.put(self.store, self._key(path), data, mode="create", use_multipart=False)
+        self._call("create", path, lambda: obstore.put(
+            self.store, self._key(path), data, mode="create", use_multipart=False),
+            create=True, kind="PUT")
 
     def write_atomic(self, path: str, data: bytes) -> None:
         obstore = _obstore()
-        _count("PUT")
-        with self._errors("write", path):
-            obstore.put(self.store, self._key(path), data, mode="overwrite",
-                        use_multipart=False)
+        self._call("write", path, lambda: obstore.put(
+            self.store, self._key(path), data, mode="overwrite", use_multipart=False),
+            kind="PUT")
 
     @contextlib.contextmanager
     def open_write(self, path: str) -> Iterator[IO[bytes]]:
@@ -321,16 +244,14 @@ class ObjectStoreStorage(Storage):
 
     def read(self, path: str) -> bytes:
         obstore = _obstore()
-        _count("GET")
-        with self._errors("read", path):
-            return bytes(obstore.get(self.store, self._key(path)).bytes())
+        return self._call("read", path, lambda: bytes(
+            obstore.get(self.store, self._key(path)).bytes()), kind="GET")
 
     def list(self, path: str) -> list[str]:
         obstore = _obstore()
         prefix = self._key(path)
-        _count("LIST")
-        with self._errors("list", path):
-            result = obstore.list_with_delimiter(self.store, prefix or None)
+        result = self._call("list", path, lambda: obstore.list_with_delimiter(
+            self.store, prefix or None), kind="LIST")
         names = [p.rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         names += [o["path"].rsplit("/", 1)[-1] for o in result["objects"]]
         return sorted(n for n in set(names) if n and not is_hidden(n))
@@ -339,10 +260,13 @@ class ObjectStoreStorage(Storage):
         """Every object below ``path`` (recursive), hidden ones included."""
         obstore = _obstore()
         prefix = self._key(path)
-        out: builtins.list[dict[str, Any]] = []
-        with self._errors("list", path):
+        def listing() -> builtins.list[dict[str, Any]]:
+            out: builtins.list[dict[str, Any]] = []
             for chunk in obstore.list(self.store, prefix or None, chunk_size=1000):
                 out.extend(chunk)
+            return out
+
+        out = self._call("list", path, listing)
         _count("LIST", max(1, -(-len(out) // 1000)))
         return out
 
@@ -357,45 +281,47 @@ class ObjectStoreStorage(Storage):
             "atomic rename (this is a bug: protocols write final names on object stores)")
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
-        obstore = _obstore()
         keys = [self._key(path)]
         if recursive:
             keys += [o["path"] for o in self._objects(path)]
         for i in range(0, len(keys), _BULK):
-            _count("DELETE")
             # Azure answers 404 for a key that is gone (S3 does not); the bulk request still
             # deletes every other key, so a missing one is nothing to report.
-            with contextlib.suppress(FileNotFoundError), self._errors("delete", path):
-                obstore.delete(self.store, keys[i:i + _BULK])
+            with contextlib.suppress(FileNotFoundError):
+                self._delete_keys(path, keys[i:i + _BULK])
         return True
 
     def delete_many(self, paths: Iterable[str]) -> int:
-        obstore = _obstore()
         keys = [self._key(p) for p in paths]
         for i in range(0, len(keys), _BULK):
-            _count("DELETE")
-            with contextlib.suppress(FileNotFoundError), self._errors("delete", "/" + keys[i]):
-                obstore.delete(self.store, keys[i:i + _BULK])
+            with contextlib.suppress(FileNotFoundError):
+                self._delete_keys("/" + keys[i], keys[i:i + _BULK])
         return len(keys)
+
+    def _delete_keys(self, path: str, keys: builtins.list[str]) -> None:
+        """One bulk delete (a delete run again finds some keys gone: nothing to report)."""
+        obstore = _obstore()
+        self._call("delete", path, lambda: obstore.delete(self.store, keys), kind="DELETE")
 
     def _head(self, path: str) -> dict[str, Any] | None:
         obstore = _obstore()
-        _count("HEAD")
         try:
-            with self._errors("stat", path):
-                meta: dict[str, Any] = obstore.head(self.store, self._key(path))
-                return meta
+            meta: dict[str, Any] = self._call(
+                "stat", path, lambda: obstore.head(self.store, self._key(path)), kind="HEAD")
+            return meta
         except FileNotFoundError:
             return None
 
     def _has_children(self, path: str) -> bool:
         obstore = _obstore()
-        _count("LIST")
-        with self._errors("list", path):
+
+        def any_child() -> bool:
             for chunk in obstore.list(self.store, self._key(path) or None, chunk_size=1):
                 if chunk:
                     return True
-        return False
+            return False
+
+        return self._call("list", path, any_child, kind="LIST")
 
     def exists(self, path: str) -> bool:
         return self._head(path) is not None or self._has_children(path)
@@ -421,27 +347,3 @@ class ObjectStoreStorage(Storage):
         """Object stores have no directories: a prefix exists once an object is under it."""
 
 
-def _unknown_key(message: str) -> str:
-    m = re.search(r"[Kk]ey:?\s*['\"`]([^'\"`]+)['\"`]", message)
-    return m.group(1) if m else "?"
-
-
-def _asked_identity(text: str) -> bool:
-    """A failed request to an instance-identity endpoint (the last credential source)."""
-    return any(path in text for path in (
-        "/latest/api/token", "/latest/meta-data/iam", "/computeMetadata/",
-        "/metadata/identity/oauth2/token"))
-
-
-def _credentials_refused(text: str) -> bool:
-    return any(code in text for code in (
-        "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthorizationHeaderMalformed",
-        "InvalidToken", "ExpiredToken", "AuthenticationFailed", "invalid_grant"))
-
-
-def _unreachable(text: str) -> bool:
-    lowered = text.lower()
-    return any(s in lowered for s in (
-        "error sending request", "connection refused", "dns error", "timed out",
-        "operation timed out", "connect error", "tcp connect", "no route to host",
-        "failed to lookup address", "connection reset"))

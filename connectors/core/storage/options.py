@@ -13,6 +13,12 @@ object store client (obstore, i.e. Rust's ``object_store``) through, e.g.
 ``storage.sse_kms_key_id``; a key the client does not know is an error, as is a named
 option of another provider (``storage.accountKey`` with an ``s3://`` path).
 
+The retry budget (``retryTimeout``, ``maxRetries``, ``retryBackoff``, ``retryBackoffMax``)
+applies to every store, local disks and HDFS included: how long a storage operation that
+failed transiently (a full disk, a NameNode restarting, a 503 SlowDown) is run again
+(:mod:`connectors.core.storage.retry`). ``connectTimeout`` and ``requestTimeout`` apply to
+every remote store (HDFS and object stores); every other named option to object stores only.
+
 Secret values (``secretAccessKey``, ``sessionToken``, ``accountKey``, ``sasToken``,
 ``serviceAccountKey`` and any passed-through key whose name says secret/key/token) are kept
 as :class:`~connectors.core.options.Secret`: never logged, never in an error or a ``repr``,
@@ -42,6 +48,14 @@ class StorageOptionSpec:
     targets: Mapping[str, str]  # provider ("s3", "gcs", "azure", "*") -> config key
     help: str
     default: Any = None
+    #: the kinds of store it applies to: "object" (S3, GCS, Azure), "hdfs", "local"
+    stores: frozenset[str] = frozenset({"object"})
+    minimum: float = 0.1  # durations in seconds, integers
+    maximum: float = 3600
+
+
+_REMOTE = frozenset({"object", "hdfs"})
+_EVERY = frozenset({"object", "hdfs", "local"})
 
 
 _ALL = "*"
@@ -73,13 +87,25 @@ STORAGE_OPTIONS: tuple[StorageOptionSpec, ...] = (
     StorageOptionSpec("allowHttp", "boolean", {_ALL: "client:allow_http"},
                       "allow http:// endpoints (default: true when the endpoint is http://)"),
     StorageOptionSpec("connectTimeout", "duration", {_ALL: "client:connect_timeout"},
-                      "TCP connect timeout", 5.0),
+                      "TCP connect timeout (object stores, HDFS)", 5.0, _REMOTE),
     StorageOptionSpec("requestTimeout", "duration", {_ALL: "client:timeout"},
-                      "timeout of one request", 15.0),
+                      "timeout of one request (object stores; HDFS: of each read of its "
+                      "answer)", 15.0, _REMOTE),
     StorageOptionSpec("retryTimeout", "duration", {_ALL: "retry:retry_timeout"},
-                      "stop retrying a failing request after this long", 10.0),
+                      "how long a storage operation that failed transiently (a full or "
+                      "failing disk, a NameNode or DataNode restarting, an unreachable store, "
+                      "a 5xx or SlowDown answer) is run again, from its first failure", 10.0,
+                      _EVERY, minimum=0.0),
     StorageOptionSpec("maxRetries", "integer", {_ALL: "retry:max_retries"},
-                      "retries of a request that failed transiently", 3),
+                      "how many times at most one storage operation is run again "
+                      "(whichever budget runs out first ends the retries)", 100, _EVERY,
+                      minimum=0, maximum=1000),
+    StorageOptionSpec("retryBackoff", "duration", {_ALL: "retry:init_backoff"},
+                      "the first pause between two tries; each next one doubles", 0.1, _EVERY,
+                      minimum=0.01, maximum=60),
+    StorageOptionSpec("retryBackoffMax", "duration", {_ALL: "retry:max_backoff"},
+                      "the longest pause between two tries", 2.0, _EVERY, minimum=0.01,
+                      maximum=300),
 )
 _BY_LOWER = {o.name.lower(): o for o in STORAGE_OPTIONS}
 _PROVIDER_NAMES = {"s3": "Amazon S3", "gcs": "Google Cloud Storage", "azure": "Azure Blob"}
@@ -108,6 +134,22 @@ class StorageOptions:
                 return v
         spec = _BY_LOWER.get(name.lower())
         return spec.default if spec else None
+
+    def check_applies(self, store: str, family: str, shown: str) -> None:
+        """Refuse an option that does not apply to a ``store`` path ("local", "hdfs"): every
+        passed-through client key, and named options of object stores only."""
+        for name, _ in self.values:
+            spec = _BY_LOWER.get(name.lower())
+            if spec is not None and store in spec.stores:
+                continue
+            where = "object store and HDFS" if spec is not None and "hdfs" in spec.stores \
+                else "object store"
+            everywhere = ", ".join(PREFIX + o.name for o in STORAGE_OPTIONS
+                                   if o.stores == _EVERY)
+            raise OptionError(
+                f"{family}: option '{PREFIX}{name}' applies to {where} paths only, and "
+                f"{shown!r} is not one; remove it, or use an s3://, gs:// or abfss:// path "
+                f"(on every store: {everywhere})", option=PREFIX + name)
 
     def secrets(self) -> list[str]:
         """The secret values (to scrub them from any message that might echo one)."""
@@ -179,9 +221,9 @@ def parse_storage_options(reader: OptionReader) -> StorageOptions:
         elif spec.kind == "boolean":
             value = reader.boolean(name, False) if reader.has(name) else None
         elif spec.kind == "duration":
-            value = reader.duration(name, None, minimum=0.1, maximum=3600)
+            value = reader.duration(name, None, minimum=spec.minimum, maximum=spec.maximum)
         elif spec.kind == "integer":
-            value = reader.integer(name, None, minimum=0, maximum=100)
+            value = reader.integer(name, None, minimum=spec.minimum, maximum=spec.maximum)
         else:
             value = reader.string(name)
         if value is not None:

@@ -47,12 +47,7 @@ def storage_for(
     shown = redact_url(url)  # every message names the path, never a password in it
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if options and scheme not in PROVIDERS:
-        first = options.values[0][0]
-        raise OptionError(
-            f"{family}: option 'storage.{first}' applies to object store paths only, and "
-            f"{shown!r} is not one; remove the storage.* options or use an s3://, gs:// or "
-            "abfss:// path", option=f"storage.{first}")
+    options = options or StorageOptions()
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         local = parts.path if scheme == "file" else url
         if scheme == "file" and parts.netloc not in ("", "localhost"):
@@ -60,7 +55,8 @@ def storage_for(
                 f"{shown!r}: file:// URLs must not name a host ({parts.netloc!r}); "
                 "use file:///absolute/path"
             )
-        return LocalStorage(), os.path.abspath(local)
+        options.check_applies("local", family, shown)
+        return LocalStorage(options), os.path.abspath(local)
     if scheme in ("hdfs", "webhdfs", "swebhdfs"):
         path = parts.path or "/"
         if not parts.hostname:
@@ -73,7 +69,8 @@ def storage_for(
         user = hdfs_user or parts.username or os.environ.get("HADOOP_USER_NAME")
         display = urlunsplit((scheme, parts.hostname + (f":{parts.port}" if parts.port else ""),
                               "", "", ""))
-        return WebHdfsStorage(base, user=user, display=display), path
+        options.check_applies("hdfs", family, shown)
+        return WebHdfsStorage(base, user=user, display=display, options=options), path
     if scheme in PROVIDERS:
         return _object_store(shown, scheme, parts.netloc, parts.path, options, family)
     if scheme in _UNSUPPORTED:

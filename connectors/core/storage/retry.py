@@ -1,0 +1,122 @@
+"""The retry budget of every store: how long a storage operation that failed transiently is
+run again (docs/design.md, "Storage: the commit point is a create"; the table of faults is in
+docs/file-sink.md, "Storage faults").
+
+One budget, declared once as ``storage.*`` options (``options.py``) and applied to every
+store, so a full local disk, a NameNode restarting and an S3 503 SlowDown are ridden
+through alike:
+
+- ``storage.retryTimeout`` (10 s): from the operation's first failure, how long it is tried
+  again;
+- ``storage.maxRetries`` (100): how many times at most;
+- ``storage.retryBackoff`` (100 ms) doubling up to ``storage.retryBackoffMax`` (2 s): the
+  pauses. With the defaults ``retryTimeout`` decides (100 tries would last minutes).
+
+Why 10 s: long enough for a disk someone frees, a server restarted on the same machine, a
+burst of throttling; short enough that a store that is not there at all (a wrong endpoint)
+fails the query's start within half a minute, and that an object store with no credentials
+anywhere says so within 30 s even when the instance-metadata endpoint hangs (obstore's
+budget covers that endpoint too, and a hanging request costs one ``requestTimeout`` past
+it). Raise it to ride through longer outages (a production NameNode stays in safe mode 30 s
+and more after a restart).
+
+On object stores obstore applies this budget to each request itself (its ``RetryConfig``),
+and this module's loop takes only what obstore does not retry (``object_store_errors``).
+
+What is transient is the backend's call (``disk.is_retried`` on local disks; the WebHDFS
+and object-store modules classify their clients' errors). An operation is retried whole,
+from a point where that is safe: a create writes a new temp file (or PUTs again, and a
+retried create that finds its own object reads as "exists": every caller reads it back and
+compares, see :func:`connectors.core.wal.create_or_same`).
+
+Why not :func:`connectors.core.retry.retry_until`: a storage error that is not transient
+must reach the caller unchanged (``FileExistsError`` and ``FileNotFoundError`` are answers
+of the protocol, not failures), and a spent budget must be reported by the backend, which
+names the store, the path and the condition (a full disk names its free space).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Retried:
+    """How an operation's retries ended: tries made, seconds since its first failure."""
+
+    tries: int
+    seconds: float
+    budget: RetryBudget
+
+    def __str__(self) -> str:
+        return (f"tried {self.tries} times over {self.seconds:.1f}s; the retry budget is "
+                f"{self.budget}")
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """``storage.retryTimeout``, ``storage.maxRetries``, ``storage.retryBackoff``,
+    ``storage.retryBackoffMax`` (the declared defaults)."""
+
+    timeout: float = 10.0
+    max_retries: int = 100
+    backoff: float = 0.1
+    backoff_max: float = 2.0
+
+    @classmethod
+    def of(cls, options: Any) -> RetryBudget:
+        """The budget the ``storage.*`` options (a ``StorageOptions``) set."""
+        return cls(float(options.get("retryTimeout")), int(options.get("maxRetries")),
+                   float(options.get("retryBackoff")), float(options.get("retryBackoffMax")))
+
+    def __str__(self) -> str:
+        return (f"storage.retryTimeout={self.timeout:g}s and "
+                f"storage.maxRetries={self.max_retries}")
+
+    def run(self, call: Callable[[], T], *, transient: Callable[[Exception], bool],
+            what: Callable[[], str],
+            give_up: Callable[[Exception, Retried | None], BaseException | None] | None = None,
+            ) -> T:
+        """``call()``, run again while it raises an error ``transient`` accepts and the
+        budget lasts. When it ends with an error, ``give_up(error, retried)`` may return the
+        error to raise instead (``retried`` is None when the error was not transient);
+        None raises the call's own error unchanged. Each retry logs one WARNING."""
+        first_failure: float | None = None
+        backoff = self.backoff
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return call()
+            except Exception as e:
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                retried: Retried | None = None
+                if transient(e):
+                    left = first_failure + self.timeout - now
+                    if tries <= self.max_retries and left > 0:
+                        pause = min(backoff, left)
+                        log.warning("%s failed (try %d, transient: %s); trying again in %.1fs",
+                                    what(), tries, _first_line(e), pause)
+                        time.sleep(pause)
+                        backoff = min(backoff * 2, self.backoff_max)
+                        continue
+                    retried = Retried(tries, now - first_failure, self)
+                replacement = give_up(e, retried) if give_up is not None else None
+                if replacement is None:
+                    raise
+                raise replacement from e
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text.splitlines()[0][:300]
