@@ -676,6 +676,8 @@ def test_bad_input(case: Case, request: pytest.FixtureRequest, tmp_path: Any,
             request.getfixturevalue(fixture)  # start services before the clock runs
     if "spark" in case.id:
         request.getfixturevalue("spark")
+    if "-s3-" in case.id:
+        request.getfixturevalue("s3_service")  # the server's start is not the case's time
     # Everything our code logs, down to DEBUG; other libraries from INFO (py4j's DEBUG wire
     # log echoes every argument the test itself hands to Spark, secrets included).
     caplog.set_level(logging.INFO)
