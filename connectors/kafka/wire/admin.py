@@ -34,6 +34,7 @@ from connectors.kafka.wire.cluster import (
 from connectors.kafka.wire.protocol import (
     COORDINATOR_MOVED,
     ERRORS,
+    LOOKUP_TIMEOUT,
     METADATA,
     RETRIABLE,
     UnsupportedBroker,
@@ -115,7 +116,7 @@ def describe_groups(cluster: Cluster, groups: Iterable[str],
                 raise
             r = cluster.connection(node).call(
                 DESCRIBE_GROUPS, struct.pack(">i", 1) + string(group) + b"\x01",
-                version=version)
+                LOOKUP_TIMEOUT, version=version)
             r.take(">i")  # throttle
             answers = []
             for _ in range(r.take(">i")):
@@ -277,7 +278,10 @@ def _ask_leader(cluster: Cluster, node: int, tps: list[tuple[str, int]],
     for topic, parts in by_topic.items():
         body += string(topic) + struct.pack(">i", len(parts))
         body += b"".join(struct.pack(">iiq", p, -1, wanted[(topic, p)]) for p in parts)
-    r = cluster.connection(node).call(LIST_OFFSETS, body, version=version)
+    # LOOKUP_TIMEOUT, not the socket's 60 s: a leader cut off behind a listener that still
+    # accepts would otherwise spend the whole retry budget on one request, where fresh
+    # metadata names the new leader about 10 s after the cut.
+    r = cluster.connection(node).call(LIST_OFFSETS, body, LOOKUP_TIMEOUT, version=version)
     r.take(">i")  # throttle
     out = {}
     for _ in range(r.take(">i")):
