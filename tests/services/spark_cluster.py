@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.demo.services.kafka import free_port
-from tests.helpers import wait_for
+from tests.helpers import TEST_JVM_OPTIONS, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +299,8 @@ def cluster_conf(cluster: StandaloneCluster) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.stopTimeout": "30s",
-        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
     }
 
 

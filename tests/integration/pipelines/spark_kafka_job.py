@@ -272,7 +272,7 @@ def main(argv: list[str]) -> int:
     import pyspark
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(spec.get("master", "local[2]"))
         .appName(f"spark-kafka-{spec['action']}")
         .config("spark.ui.enabled", "false")
@@ -281,8 +281,12 @@ def main(argv: list[str]) -> int:
         .config("spark.jars", ",".join(spec["jars"]))
         # the benchmarks' settings (bench/_common.py bench_spark)
         .config("spark.driver.memory", spec.get("driver_memory", "1g"))
-        .getOrCreate()
     )
+    if spec.get("java_options"):
+        # the tests' JVM flags where a test passes them (tests/helpers.py TEST_JVM_OPTIONS);
+        # the benchmarks and the fault test's yardstick run the JDK's defaults
+        builder = builder.config("spark.driver.extraJavaOptions", spec["java_options"])
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
         if spec.get("expect_spark") and spark.version != spec["expect_spark"]:
