@@ -17,6 +17,8 @@ Commands:
   transactional sink's topic that ``read_committed`` readers are held on, for how long, and
   (``--abort``, after confirmation) the open transactions of ``<ID>-0`` .. ``<ID>-<N-1>``
   aborted.
+- ``metrics [--jdbc-url URL] [--wal-path P] [--bootstrap B --group G] [--serve PORT]``: sink
+  commits' age and a group's lag, or served to Prometheus (``connectors/cli_metrics.py``).
 - ``doctor [--bootstrap B [--topic T] [--group G] [--sink-id ID]] [--path P]``: this
   install (Python, pyspark, confluent-kafka and librdkafka, the C extensions and the Kafka
   sink's produce path, Java and Maven), and when given a cluster's brokers and what they
@@ -295,6 +297,13 @@ def doctor(args: argparse.Namespace) -> int:
     return code
 
 
+# -- metrics (connectors/cli_metrics.py) --------------------------------------------------------
+def metrics(args: argparse.Namespace) -> int:
+    from connectors import cli_metrics
+
+    return cli_metrics.run(args, _storage, _emit)
+
+
 # -- demo --------------------------------------------------------------------------------------
 def demo(args: argparse.Namespace) -> int:
     from connectors.demo.app import run_demo
@@ -315,7 +324,8 @@ EPILOG = ("Every command takes --json. Errors are one line on stderr with exit c
 def build_parser(prog: str = "eo-connectors") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_demo, _add_wal, _add_sink, _add_kafka, _add_files, _add_doctor):
+    for add in (_add_demo, _add_wal, _add_sink, _add_kafka, _add_files, _add_metrics,
+                _add_doctor):
         add(sub)
     return p
 
@@ -435,6 +445,16 @@ def _add_files(sub: Any) -> None:
     f.add_argument("-v", "--verbose", action="store_true", help="list every file")
     _with_storage(f)
     f.set_defaults(func=files_status)
+
+
+def _add_metrics(sub: Any) -> None:
+    """``metrics``."""
+    from connectors import cli_metrics
+
+    m = _with_json(sub.add_parser("metrics", help=cli_metrics.HELP))
+    cli_metrics.add_arguments(m)
+    _with_storage(m)
+    m.set_defaults(func=metrics)
 
 
 def _add_doctor(sub: Any) -> None:

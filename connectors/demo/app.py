@@ -286,6 +286,8 @@ def run_demo(args: argparse.Namespace) -> int:
             registry = start_registry(workdir, say)
             registry_url = registry.url
         cfg = _demo_config(args, seed, workdir, bootstrap, registry_url)
+        say(f"metrics: http://127.0.0.1:{cfg['metrics_port']}/metrics while a pipeline run is "
+            "up (Prometheus text format; docs/monitoring.md)")
         truth = _produce(args, cfg, seed, rng, say, out)
         crashes = _crash_runs(args, cfg, rng, say)
         say("final run: restart from the checkpoint and finish")
@@ -341,6 +343,8 @@ def _demo_config(args: argparse.Namespace, seed: int, workdir: str, bootstrap: s
     # The seed fixes the data and the kill times; the token keeps a rerun with the same
     # seed against the same broker and database from meeting the last run's topics,
     # table and sink state.
+    from connectors.demo.local_services import free_port
+
     tag = f"{seed:x}_{uuid.uuid4().hex[:6]}"
     return {
         "bootstrap": bootstrap,
@@ -357,6 +361,7 @@ def _demo_config(args: argparse.Namespace, seed: int, workdir: str, bootstrap: s
         "format": args.format,
         "registry_url": registry_url,
         "log_path": os.path.join(workdir, "pipeline.log"),
+        "metrics_port": free_port(),
     }
 
 

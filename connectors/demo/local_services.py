@@ -67,3 +67,12 @@ def _timed(say: Say, done: str, step: Callable[[], object]) -> None:
 
 def _indented(say: Say) -> Say:
     return lambda line: say(f"  {line}")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free now (the demo's metrics endpoint)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -69,6 +69,20 @@ def naive_accumulate(cfg: dict[str, Any], rows: list[tuple[str, int]], batch_id:
     failpoints.hit("jdbc.after_commit", batch_id)
 
 
+def serve_metrics(spark: Any, port: int | None) -> None:
+    """The metrics endpoint the demo announced (docs/monitoring.md). A port another process
+    holds costs the demo its metrics, never its run."""
+    if not port:
+        return
+    from connectors import monitoring
+
+    try:
+        server = monitoring.serve(spark, port=port)
+        print(f"metrics: {server.url}", flush=True)
+    except OSError as e:
+        print(f"metrics: could not serve on port {port}: {e}", flush=True)
+
+
 def main(cfg: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
@@ -85,6 +99,7 @@ def main(cfg: dict[str, Any]) -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     connectors.register(spark)
+    serve_metrics(spark, cfg.get("metrics_port"))
     jdbc, kafka, files = build_sinks(cfg)
 
     reader = (

@@ -42,6 +42,7 @@ from connectors.core.wal import WriteAheadLog
 from connectors.files.formats import RollingWriter, WrittenFile, check_partition_columns
 from connectors.files.options import FILE_SINK_OPTIONS, FileSinkOptions
 from connectors.files.placement import STAGING_DIR, Placement, placement_for
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,7 @@ class FileSink(BatchSink):
             log.info("eo_files: batch %d already committed; dropping what its replay wrote",
                      batch_id)
             self._cleanup(batch_id, wal.get(batch_id))
+            channel.replay_event("eo_files", self.sink_id, batch_id)
             return
         # 1.
         plan = self._plan(batch_id, messages)
@@ -303,8 +305,8 @@ class FileSink(BatchSink):
         failpoints.hit("files.before_log", batch_id)
         # 4.
         rows = sum(e["rows"] for e in plan["files"])
-        state.record_commit(batch_id, self.sink_id, rows, files=len(plan["files"]),
-                            bytes=sum(e["bytes"] for e in plan["files"]))
+        size = sum(e["bytes"] for e in plan["files"])
+        state.record_commit(batch_id, self.sink_id, rows, files=len(plan["files"]), bytes=size)
         failpoints.hit("files.after_log", batch_id)
         # 5.
         self._cleanup(batch_id, plan)
@@ -317,6 +319,8 @@ class FileSink(BatchSink):
             rows,
             (time.perf_counter() - started) * 1000,
         )
+        channel.commit_event("eo_files", self.sink_id, batch_id, rows=rows, bytes=size,
+                             steps={"commit": time.perf_counter() - started})
 
     def _plan(self, batch_id: int, messages: Sequence[Any]) -> dict[str, Any]:
         staged: dict[int, StagedFiles] = {}

@@ -35,6 +35,7 @@ from connectors.jdbc.metadata import DEFAULT_NAME
 from connectors.jdbc.options import FAMILY, JDBC_SINK_OPTIONS, JdbcSinkOptions
 from connectors.jdbc.staging import Staging, staging_for
 from connectors.jdbc.tables import prepared_layout, remember_layout
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
@@ -256,12 +257,15 @@ class JdbcSink(BatchSink):
         if rows is None:
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
                      self.options.sink_id, batch_id)
+            channel.replay_event(FAMILY, self.options.sink_id, batch_id)
             return
         # 2f. (after) The batch is in the database; Spark's commit log is not written yet.
         failpoints.hit("jdbc.after_commit", batch_id)
         log.info("eo_jdbc sink %s: committed batch %d (%d rows, %d writers) into %s in %.1f ms",
                  self.options.sink_id, batch_id, rows, len(msgs), self.options.qualified_table,
                  (time.perf_counter() - started) * 1000)
+        channel.commit_event(FAMILY, self.options.sink_id, batch_id, rows=rows,
+                             steps={"commit": time.perf_counter() - started})
 
     def _commit_once(self, staging: Staging, batch_id: int, msgs: Sequence[Any]) -> int | None:
         sink_id = self.options.sink_id

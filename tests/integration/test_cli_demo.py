@@ -52,6 +52,7 @@ def test_demo_keep_broker_prints_commands_that_all_answer(tmp_path: Any) -> None
             s["missing"] == 0 and s["duplicates"] == 0 for s in report["sinks"]), report
         assert inspect["workdir"] == str(workdir)
         _assert_plain_progress(proc.stderr, proc.stdout)
+        assert "metrics: http://127.0.0.1:" in proc.stderr  # where its metrics can be seen
         _assert_wire_format(inspect["bootstrap"], report["sink_id"])
         for command in inspect["commands"]:
             argv = shlex.split(command)

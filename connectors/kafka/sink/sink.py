@@ -45,6 +45,7 @@ from connectors.kafka.sink.recovery_key_mode import RecoveryKeyWriter
 from connectors.kafka.sink.rows import check_columns
 from connectors.kafka.sink.transactional_mode import TransactionalWriter
 from connectors.kafka.sink.writer import KafkaWriter, TaskReport
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
@@ -272,11 +273,13 @@ class KafkaSink(BatchSink):
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """4. Driver: record the batch as committed; a no-op for a committed batch."""
+        started = time.perf_counter()
         state = self._state()
         # Ownership before "already committed": another sink's commit of this batch id
         # must not pass for ours.
         if not state.admit(FAMILY, self.sink_id, batch_id):
             log.info("%s %s: batch %d already committed", FAMILY, self.sink_id, batch_id)
+            channel.replay_event(FAMILY, self.sink_id, batch_id)
             return
         reports = [m for m in messages if isinstance(m, TaskReport)]
         partitions: dict[str, dict[str, int]] = {}
@@ -310,6 +313,19 @@ class KafkaSink(BatchSink):
         log.info("%s %s: committed batch %d: %d rows, %d produced, %d skipped as already "
                  "written", FAMILY, self.sink_id, batch_id, info["rows"], info["produced"],
                  info["skipped"])
+        # Observation only, from the winning attempts' reports (docs/monitoring.md).
+        steps = {"stage": max((r.seconds for r in reports), default=0.0),
+                 "produce": max((r.flush_seconds for r in reports), default=0.0),
+                 "commit": time.perf_counter() - started}
+        if self.transactional:
+            steps["txn_commit"] = max((r.commit_seconds for r in reports), default=0.0)
+        channel.commit_event(
+            FAMILY, self.sink_id, batch_id, rows=sum(r.rows for r in reports),
+            produced=sum(r.produced for r in reports), skipped_rows=sum(r.skipped for r in reports),
+            retried_tasks=sum(1 for r in reports if r.retry),
+            scans=sum(1 for r in reports if r.scan_records or r.scan_seconds),
+            scan_records=sum(r.scan_records for r in reports),
+            scan_seconds=sum(r.scan_seconds for r in reports), steps=steps)
 
     def abort(self, batch_id: int, messages: Sequence[Any | None]) -> None:
         # Records already in Kafka cannot be taken back, and they need not be: the started

@@ -1,0 +1,176 @@
+"""How a sink's commit counts reach the driver process that serves the metrics.
+
+A sink's driver-side ``commit`` runs where Spark runs it: in the user's driver process for
+``foreachBatch`` and ``sink.write``, but for ``writeStream.format("eo_jdbc")`` in a Python
+worker that Spark's JVM starts on the driver host (pyspark's
+``python_streaming_sink_runner``), a separate process whose counters the endpoint would never
+see. So a commit event goes:
+
+- straight into the metrics when this process serves them (:func:`serving` is set);
+- else, as one JSON line appended to a spool file of the driver JVM that started this
+  process: ``serve`` creates ``<spool root>/<JVM pid>/`` and each writing process appends to
+  its own ``<pid>.jsonl`` there; the endpoint reads what is new on every scrape and progress
+  event (:class:`Spool`). A process finds its JVM by walking its parents (Linux ``/proc``);
+  where there is no ``/proc``, or no ancestor serves metrics, the event is dropped.
+
+Events are built from the COMMITTED messages only, so a retried or zombie task counts once.
+Nothing here raises into a batch: a failure is logged and counted
+(``eo_metrics_errors_total``), never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Where drivers serving metrics keep their spool directories (one per JVM pid).
+SPOOL_ROOT_ENV = "EO_METRICS_SPOOL"
+#: How many parents a worker walks looking for a serving driver (worker, daemon, JVM, ...).
+MAX_ANCESTORS = 8
+
+_serving: Callable[[Mapping[str, Any]], None] | None = None
+_ancestors: list[int] | None = None
+
+
+def spool_root() -> Path:
+    root = os.environ.get(SPOOL_ROOT_ENV)
+    if root:
+        return Path(root)
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"eo-connectors-metrics-{uid}"
+
+
+def serving(apply: Callable[[Mapping[str, Any]], None] | None) -> None:
+    """Set (or clear) the in-process consumer: this process serves the metrics."""
+    global _serving
+    _serving = apply
+
+
+def commit_event(family: str, sink_id: str | None, batch_id: int, *, rows: int = 0,
+                 steps: Mapping[str, float] | None = None, **counts: float) -> None:
+    """A committed batch: ``rows`` and the other ``counts`` (``bytes``, ``produced``,
+    ``skipped_rows``, ``retried_tasks``, ``scans``, ``scan_records``, ``scan_seconds``)
+    summed over the batch's winning attempts, ``steps`` the step durations in seconds."""
+    emit({"kind": "commit", "family": family, "sink_id": sink_id or "", "batch_id": batch_id,
+          "rows": rows, "steps": dict(steps or {}), **counts, "ts": time.time()})
+
+
+def replay_event(family: str, sink_id: str | None, batch_id: int) -> None:
+    """A commit of a batch that was already committed: a no-op replay."""
+    emit({"kind": "replay", "family": family, "sink_id": sink_id or "", "batch_id": batch_id,
+          "ts": time.time()})
+
+
+def emit(event: Mapping[str, Any]) -> None:
+    """Hand one event on (see the module docstring). Never raises."""
+    try:
+        if _serving is not None:
+            _serving(event)
+            return
+        directory = _spool()
+        if directory is None:
+            return
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        # One write of one line with O_APPEND: the reader never sees half of a line
+        # interleaved with another's (one file per process besides).
+        fd = os.open(directory / f"{os.getpid()}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except Exception:  # noqa: BLE001 - metrics must never fail a batch
+        log.warning("metrics: could not record %s event", event.get("kind"), exc_info=True)
+
+
+def _spool() -> Path | None:
+    """The spool directory of the nearest ancestor that serves metrics, or None. Looked up
+    on every event (a few ``stat`` calls per committed batch), so a driver that starts
+    serving after this worker started is found."""
+    global _ancestors
+    root = spool_root()
+    if not root.is_dir():
+        return None
+    if _ancestors is None:
+        _ancestors = ancestors(os.getpid())
+    for pid in _ancestors:
+        candidate = root / str(pid)
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def ancestors(pid: int) -> list[int]:
+    """``pid`` and its parents, nearest first (Linux ``/proc``; just ``pid`` elsewhere)."""
+    out = [pid]
+    for _ in range(MAX_ANCESTORS):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        # "pid (comm) state ppid ...": comm may hold spaces or parentheses
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid <= 1:
+            break
+        out.append(ppid)
+        pid = ppid
+    return out
+
+
+class Spool:
+    """The reading side in the serving driver: ``<root>/<jvm pid>/*.jsonl``, read on."""
+
+    def __init__(self, directory: Path, apply: Callable[[Mapping[str, Any]], None]) -> None:
+        self.directory = directory
+        self.apply = apply
+        self._offsets: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, jvm_pid: int, apply: Callable[[Mapping[str, Any]], None]) -> Spool:
+        """A fresh spool for this driver JVM: what a former process with the same pid left
+        is removed first, so it is never counted."""
+        directory = spool_root() / str(jvm_pid)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for stale in directory.glob("*.jsonl"):
+            stale.unlink(missing_ok=True)
+        return cls(directory, apply)
+
+    def drain(self) -> int:
+        """Apply every complete line written since the last drain; returns how many."""
+        applied = 0
+        with self._lock:
+            for path in sorted(self.directory.glob("*.jsonl")):
+                start = self._offsets.get(path.name, 0)
+                try:
+                    with path.open("rb") as f:
+                        f.seek(start)
+                        data = f.read()
+                except OSError:
+                    continue
+                end = data.rfind(b"\n") + 1  # a line still being written waits
+                self._offsets[path.name] = start + end
+                for line in data[:end].splitlines():
+                    try:
+                        self.apply(json.loads(line))
+                        applied += 1
+                    except Exception:  # noqa: BLE001 - one bad line must not stop the rest
+                        log.warning("metrics: bad spool line in %s", path, exc_info=True)
+        return applied
+
+    def remove(self) -> None:
+        for path in self.directory.glob("*.jsonl"):
+            path.unlink(missing_ok=True)
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass
