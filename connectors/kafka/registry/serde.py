@@ -135,7 +135,14 @@ FORMATS: Mapping[str, Entry] = {
 COLUMN_FORMATS = ("binary", *FORMATS)
 
 
-def format_of(name: str) -> Format:
-    """The format called ``name`` (a key of :data:`FORMATS`); ImportError when its
-    :attr:`Entry.extra` is not installed."""
-    return FORMATS[name].load()
+def format_of(name: str, refuse: Callable[[str], Exception] | None = None) -> Format:
+    """The format called ``name`` (a key of :data:`FORMATS`). When its :attr:`Entry.extra`
+    is not installed: ``refuse(hint)`` is raised (the caller's error naming its option,
+    ``hint`` the install command), or the ImportError when ``refuse`` is None."""
+    entry = FORMATS[name]
+    try:
+        return entry.load()
+    except ImportError as e:
+        if entry.extra is None or refuse is None:
+            raise
+        raise refuse(entry.install_hint()) from e

@@ -128,14 +128,8 @@ def resolve(formats: SinkFormats, schema: pa.Schema, topic: str | None) -> SinkF
 
 def _format(kind: str) -> serde.Format:
     """The format's module; one whose dependencies are an extra is imported when used."""
-    try:
-        return serde.format_of(kind)
-    except ImportError as e:
-        entry = serde.FORMATS[kind]
-        if entry.extra is None:
-            raise
-        raise KafkaSinkError(f"eo_kafka: valueFormat/keyFormat={kind} "
-                             f"{entry.install_hint()}") from e
+    return serde.format_of(kind, lambda hint: KafkaSinkError(
+        f"eo_kafka: valueFormat/keyFormat={kind} {hint}"))
 
 
 def _subject(formats: SinkFormats, column: str, topic: str | None, record: str | None) -> str:

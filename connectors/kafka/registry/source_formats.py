@@ -38,14 +38,8 @@ def column_type(kind: str, schema: str, column: str) -> pa.DataType:
 
 def _format(kind: str, column: str) -> serde.Format:
     """The format's module; one whose dependencies are an extra is imported when used."""
-    try:
-        return serde.format_of(kind)
-    except ImportError as e:
-        entry = serde.FORMATS[kind]
-        if entry.extra is None:
-            raise
-        raise OptionError(f"eo_kafka: {column}Format={kind} {entry.install_hint()}",
-                          option=f"{column}Format") from e
+    return serde.format_of(kind, lambda hint: OptionError(
+        f"eo_kafka: {column}Format={kind} {hint}", option=f"{column}Format"))
 
 
 @dataclass(frozen=True)
