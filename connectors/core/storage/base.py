@@ -153,27 +153,12 @@ class Storage(ABC):
         check_create_if_absent(self, directory)
 
 
-class CountingStream:
-    """A write-only binary stream over another: counts bytes for ``tell()`` (pyarrow's
-    writers need it; the hdfs client's writer answers 0) and ignores ``close()``, because
-    the backend's context manager closes, and on local disks fsyncs, the real stream."""
+class WriteOnlyStream:
+    """What the formats' writers ask of a stream beside ``write``/``tell``/``flush``: it
+    writes, neither reads nor seeks, and ``close()`` only marks it closed, because the
+    backend's context manager closes (and on local disks fsyncs) what is underneath."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.position = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.raw.write(view)  # type: ignore[arg-type]
-        self.position += view.nbytes
-        return view.nbytes
-
-    def tell(self) -> int:
-        return self.position
-
-    def flush(self) -> None:
-        self.raw.flush()
+    closed = False
 
     def close(self) -> None:
         self.closed = True
@@ -186,6 +171,27 @@ class CountingStream:
 
     def seekable(self) -> bool:
         return False
+
+
+class CountingStream(WriteOnlyStream):
+    """A write-only binary stream over another: counts bytes for ``tell()`` (pyarrow's
+    writers need it; the hdfs client's writer answers 0)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.position = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.raw.write(view)  # type: ignore[arg-type]
+        self.position += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.position
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 # -- the capability probe ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, TypeVar
 
 from connectors.core.errors import StorageError
-from connectors.core.storage.base import Storage, is_hidden, temp_name
+from connectors.core.storage.base import Storage, WriteOnlyStream, is_hidden, temp_name
 from connectors.core.storage.disk import NO_LINK, NoHardLinks, NotRetried, disk_error, is_retried
 from connectors.core.storage.options import StorageOptions
 from connectors.core.storage.retry import Retried, RetryBudget
@@ -209,7 +209,7 @@ class LocalStorage(Storage):
         return hash("local")
 
 
-class DiskStream:
+class DiskStream(WriteOnlyStream):
     """A write-only stream on a file descriptor that rides through a full disk: each
     ``write`` goes out with ``os.write`` (which writes some bytes or fails having written
     none), and a write that fails with ``ENOSPC``/``EDQUOT`` is made again from the same
@@ -219,7 +219,6 @@ class DiskStream:
         self.storage = storage
         self.fd = fd
         self.path = path
-        self.closed = False
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -242,20 +241,8 @@ class DiskStream:
     def flush(self) -> None:
         """Nothing is buffered here."""
 
-    def close(self) -> None:
-        self.closed = True  # the backend's context manager fsyncs and closes the descriptor
-
     def tell(self) -> int:
         return os.lseek(self.fd, 0, os.SEEK_CUR)
-
-    def writable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
 
 
 def _fsync_dir(directory: str) -> None:
