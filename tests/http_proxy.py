@@ -33,12 +33,13 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
-import struct
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from tests.tcp_proxy import LoopbackProxy, _hard_close
 
 _SLOWDOWN = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
              b"<Message>Please reduce your request rate.</Message></Error>")
@@ -137,29 +138,20 @@ class _Stream:
         return self.until_close() if to_close else b""
 
 
-class HttpProxy:
+class HttpProxy(LoopbackProxy):
     """See the module docstring. ``seed`` makes the faults' draw repeatable."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1",
                  seed: int = 43) -> None:
-        self.target = (target_host, target_port)
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(256)
-        self.port: int = self._listener.getsockname()[1]
-        self._lock = threading.Lock()
+        super().__init__(target_port, target_host, backlog=256)
         self._random = random.Random(seed)
         self._share = 0.0
         self._kinds: tuple[str, ...] = KINDS
         self._delay = 10.0
         self._delay_next = 0
         self._drop: _Drop | None = None
-        self._conns: set[socket.socket] = set()
-        self._stopped = False
         self.stats: Counter[str] = Counter()
         self.log: list[tuple[str, str, str]] = []
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
 
     @property
     def endpoint(self) -> str:
@@ -207,10 +199,6 @@ class HttpProxy:
         return None
 
     # -- serving -------------------------------------------------------------------------------
-    def start(self) -> HttpProxy:
-        self._thread.start()
-        return self
-
     def _accept_loop(self) -> None:
         while not self._stopped:
             try:
@@ -292,31 +280,3 @@ class HttpProxy:
         head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         client.sendall(head + body)
-
-    def drop_all(self) -> int:
-        """Reset every open connection (both sides); returns how many were cut."""
-        with self._lock:
-            conns = list(self._conns)
-            self._conns.clear()
-        for s in conns:
-            _hard_close(s)
-        return len(conns)
-
-    def stop(self) -> None:
-        self._stopped = True
-        _hard_close(self._listener)
-        self.drop_all()
-
-    def __enter__(self) -> HttpProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _hard_close(s: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        # SO_LINGER 0: close sends RST, as a dropped connection looks to the peer.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    with contextlib.suppress(OSError):
-        s.close()

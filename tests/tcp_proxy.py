@@ -12,28 +12,62 @@ import socket
 import struct
 import threading
 import time
+from typing import Self
 
 
-class TcpProxy:
-    def __init__(self, target_port: int, listen_port: int = 0,
-                 target_host: str = "127.0.0.1") -> None:
+class LoopbackProxy:
+    """What every proxy of the tests shares: a listener on 127.0.0.1 (``listen_port`` 0: a
+    free one), the open sockets to cut, ``start``/``stop`` and the context manager. A
+    subclass writes ``_accept_loop``, registering the sockets it opens in ``_conns``."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1",
+                 listen_port: int = 0, backlog: int = 128) -> None:
         self.target = (target_host, target_port)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", listen_port))
-        self._listener.listen(128)
-        self.port = self._listener.getsockname()[1]
+        self._listener.listen(backlog)
+        self.port: int = self._listener.getsockname()[1]
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self._refuse_until = 0.0
         self._stopped = False
-        self.drops = 0
-        self.accepted = 0
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
 
-    def start(self) -> TcpProxy:
+    def start(self) -> Self:
         self._thread.start()
         return self
+
+    def _accept_loop(self) -> None:
+        raise NotImplementedError
+
+    def drop_all(self) -> int:
+        """Reset every open connection (both sides); returns how many sockets were cut."""
+        with self._lock:
+            conns = list(self._conns)
+            self._conns.clear()
+        for s in conns:
+            _hard_close(s)
+        return len(conns)
+
+    def stop(self) -> None:
+        self._stopped = True
+        _hard_close(self._listener)
+        self.drop_all()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class TcpProxy(LoopbackProxy):
+    def __init__(self, target_port: int, listen_port: int = 0,
+                 target_host: str = "127.0.0.1") -> None:
+        super().__init__(target_port, target_host, listen_port)
+        self._refuse_until = 0.0
+        self.drops = 0
+        self.accepted = 0
 
     def _accept_loop(self) -> None:
         while not self._stopped:
@@ -81,29 +115,13 @@ class TcpProxy:
 
     def drop_all(self) -> int:
         """Reset every open connection; returns how many sockets were cut."""
-        with self._lock:
-            conns = list(self._conns)
-            self._conns.clear()
-        for s in conns:
-            _hard_close(s)
         self.drops += 1
-        return len(conns)
+        return super().drop_all()
 
     def pause(self, seconds: float) -> int:
         """Cut everything and refuse new connections for ``seconds``."""
         self._refuse_until = time.monotonic() + seconds
         return self.drop_all()
-
-    def stop(self) -> None:
-        self._stopped = True
-        _hard_close(self._listener)
-        self.drop_all()
-
-    def __enter__(self) -> TcpProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _hard_close(s: socket.socket) -> None:
