@@ -44,6 +44,13 @@ from connectors.core.wal import WriteAheadLog, encode
 from connectors.files.sink import FileSink
 from tests.helpers import assert_exact, unavailable, wait_for
 from tests.nemesis import DiskNemesis
+from tests.storage_faults import (
+    FaultQuery,
+    assert_output_exact,
+    assert_wal_reaches_the_end,
+    rows,
+    topic_records,
+)
 
 pytestmark = pytest.mark.xdist_group("storage-faults-disk")
 
@@ -163,12 +170,6 @@ def _payload(i: int) -> str:
     return hashlib.sha256(str(i).encode()).hexdigest()  # incompressible: a real file's size
 
 
-def _rows(start: int, n: int) -> pa.RecordBatch:
-    ids = list(range(start, start + n))
-    return pa.record_batch({"id": pa.array(ids, pa.int64()),
-                            "payload": pa.array([_payload(i) for i in ids])})
-
-
 def test_a_data_file_cut_short_by_a_full_disk_rides_through_or_is_never_visible(
         disk: DiskNemesis) -> None:
     """A task's parquet file (about 2 MB) meets a disk with 256 KiB left: with the space
@@ -176,10 +177,10 @@ def test_a_data_file_cut_short_by_a_full_disk_rides_through_or_is_never_visible(
     fails naming the disk, and its partial file is gone."""
     out = disk.directory + "/out"
     sink = FileSink(out, sink_id="full-disk")
-    sink.check_schema(_rows(0, 1).schema)
+    sink.check_schema(rows(0, 1, _payload).schema)
 
     def batches(start: int) -> Iterator[pa.RecordBatch]:
-        return iter([_rows(start + i * 5000, 5000) for i in range(6)])
+        return iter([rows(start + i * 5000, 5000, _payload) for i in range(6)])
 
     disk.fill(leave=256 * 1024)
     freeing = _freed_after(disk, 2.0)
@@ -204,62 +205,10 @@ def test_a_data_file_cut_short_by_a_full_disk_rides_through_or_is_never_visible(
 
 
 # -- 3. a streaming query ----------------------------------------------------------------------
-N = 400
-PER_BATCH = 20
-
-
 @pytest.fixture
 def topic(filled_topic: Any) -> str:
-    name: str = filled_topic([(str(i).encode(), f"value-{i}".encode(), i % 2)
-                              for i in range(N)], partitions=2)
+    name: str = filled_topic(topic_records(), partitions=2)
     return name
-
-
-class Query:
-    """``eo_kafka`` (walPath on the tmpfs) -> ``eo_files`` (path on the tmpfs), checkpoint
-    off it, every storage write under ``storage.retryTimeout``."""
-
-    def __init__(self, spark: Any, bootstrap: str, topic: str, root: str, checkpoint: str,
-                 budget: str) -> None:
-        self.spark, self.bootstrap, self.topic = spark, bootstrap, topic
-        self.wal, self.out, self.checkpoint = root + "/wal", root + "/out", checkpoint
-        self.budget = budget
-        self.query: Any = None
-
-    def start(self) -> Query:
-        source = (self.spark.readStream.format("eo_kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap)
-                  .option("subscribe", self.topic).option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", PER_BATCH).option("walPath", self.wal)
-                  .option("storage.retryTimeout", self.budget).load())
-        rows = source.selectExpr("cast(cast(key as string) as bigint) as id",
-                                 "cast(value as string) as payload")
-        self.query = (rows.writeStream.format("eo_files").option("path", self.out)
-                      .option("sink_id", "disk-faults")
-                      .option("storage.retryTimeout", self.budget)
-                      .option("checkpointLocation", self.checkpoint)
-                      .trigger(processingTime="200 milliseconds").start())
-        return self
-
-    def committed(self) -> int:
-        try:
-            last = FileSink(self.out).last_committed()
-        except Exception:  # noqa: BLE001 - mid-write on a full disk: no progress to see
-            return -1
-        return -1 if last is None else last
-
-    def assert_up(self) -> None:
-        error = self.query.exception()
-        assert error is None and self.query.isActive, f"the query terminated: {error}"
-
-    def progresses(self, batches: int = 2, timeout: float = 120) -> None:
-        start = self.committed()
-
-        def moved() -> bool:
-            self.assert_up()
-            return self.committed() >= start + batches
-
-        wait_for(moved, timeout, what=f"{batches} more commits")
 
 
 def test_a_streaming_query_rides_through_a_full_disk_and_a_longer_one_ends_it_clearly(
@@ -268,8 +217,8 @@ def test_a_streaming_query_rides_through_a_full_disk_and_a_longer_one_ends_it_cl
     """Budget 8 s (``storage.retryTimeout``, source and sink): the disk full for 3 s is
     ridden through (no commit while it is full, the query up all along); full until the
     query ends, it ends with the disk's error; freed and restarted, the query is exact."""
-    q = Query(spark, kafka_bootstrap, topic, disk.directory, str(tmp_path / "chk"),
-              "8s").start()
+    q = FaultQuery(spark, kafka_bootstrap, topic, disk.directory, str(tmp_path / "chk"),
+                   "disk-faults", {"retryTimeout": "8s"}).start()
     try:
         q.progresses(2)
         disk.fill()
@@ -289,8 +238,7 @@ def test_a_streaming_query_rides_through_a_full_disk_and_a_longer_one_ends_it_cl
         assert "storage.retryTimeout=8s" in error and "atomically" not in error
     finally:
         disk.free()
-        if q.query is not None and q.query.isActive:
-            q.query.stop()
+        q.stop()
 
     q.start()  # the same checkpoint, the space back
     try:
@@ -298,19 +246,14 @@ def test_a_streaming_query_rides_through_a_full_disk_and_a_longer_one_ends_it_cl
         q.assert_up()
     finally:
         q.query.stop()
-    table = ds.dataset(q.out, format="parquet").to_table()
-    assert_exact(zip(table.column("id").to_pylist(), table.column("payload").to_pylist(),
-                     strict=True),
-                 [(i, f"value-{i}") for i in range(N)], what="the file sink's output")
+    assert_output_exact(ds.dataset(q.out, format="parquet").to_table())
     # The source's WAL reads back whole: every window record and commit marker parses,
     # the windows follow each other, and the last one ends at the topic's end.
     wal = WriteAheadLog(*_local(q.wal), "source")
+    records = assert_wal_reaches_the_end(wal)
     seqs, committed = wal.listing()
-    records = [wal.get(seq) for seq in seqs]
-    assert all(r is not None for r in records) and set(committed) <= set(seqs)
+    assert set(committed) <= set(seqs)
     assert all(wal.commit_info(seq) is not None for seq in committed)
     for before, after in zip(records, records[1:], strict=False):
         assert before["end"] == after["start"], (before, after)  # type: ignore[index]
-    end = records[-1]["end"]  # type: ignore[index]
-    assert sum(int(o) for p in end.values() for o in p.values()) == N, end
     assert not [n for n in os.listdir(wal.dir) if n.startswith(".")], "a temp file stayed"

@@ -36,14 +36,19 @@ from connectors.core.storage import (
 )
 from connectors.core.wal import WriteAheadLog, encode
 from connectors.files.sink import FileSink
-from tests.helpers import assert_exact, unavailable, wait_for
+from tests.helpers import assert_exact, unavailable
 from tests.http_proxy import HttpProxy
 from tests.nemesis import HdfsNemesis
+from tests.storage_faults import (
+    FaultQuery,
+    assert_output_exact,
+    assert_wal_reaches_the_end,
+    rows,
+    topic_records,
+)
 
 pytestmark = pytest.mark.xdist_group("storage-faults-hdfs")
 
-N = 400
-PER_BATCH = 20
 #: The queries' retry budget: a NameNode's JVM takes 5-15 s to come back on 2 busy cores,
 #: then stays in safe mode; production NameNodes need more (docs/file-sink.md).
 BUDGET = "90s"
@@ -95,54 +100,8 @@ def _read_parquet(fs: Any, root: str) -> pa.Table:
 # -- 1. a streaming query through restarts -----------------------------------------------------
 @pytest.fixture
 def topic(filled_topic: Any) -> str:
-    name: str = filled_topic([(str(i).encode(), f"value-{i}".encode(), i % 2)
-                              for i in range(N)], partitions=2)
+    name: str = filled_topic(topic_records(), partitions=2)
     return name
-
-
-class Query:
-    """``eo_kafka`` (walPath on HDFS) -> ``eo_files`` (path on HDFS), checkpoint local."""
-
-    def __init__(self, spark: Any, bootstrap: str, topic: str, root: str,
-                 checkpoint: str) -> None:
-        self.spark, self.bootstrap, self.topic = spark, bootstrap, topic
-        self.wal, self.out, self.checkpoint = root + "/wal", root + "/out", checkpoint
-        self.query: Any = None
-
-    def start(self) -> Query:
-        source = (self.spark.readStream.format("eo_kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap)
-                  .option("subscribe", self.topic).option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", PER_BATCH).option("walPath", self.wal)
-                  .option("storage.retryTimeout", BUDGET).load())
-        rows = source.selectExpr("cast(cast(key as string) as bigint) as id",
-                                 "cast(value as string) as payload")
-        self.query = (rows.writeStream.format("eo_files").option("path", self.out)
-                      .option("sink_id", "hdfs-faults")
-                      .option("storage.retryTimeout", BUDGET)
-                      .option("checkpointLocation", self.checkpoint)
-                      .trigger(processingTime="200 milliseconds").start())
-        return self
-
-    def committed(self) -> int:
-        try:
-            last = FileSink(self.out).last_committed()
-        except Exception:  # noqa: BLE001 - HDFS down: no progress to see
-            return -1
-        return -1 if last is None else last
-
-    def assert_up(self) -> None:
-        error = self.query.exception()
-        assert error is None and self.query.isActive, f"the query terminated: {error}"
-
-    def progresses(self, batches: int = 2, timeout: float = 180) -> None:
-        start = max(self.committed(), 0)
-
-        def moved() -> bool:
-            self.assert_up()
-            return self.committed() >= start + batches
-
-        wait_for(moved, timeout, what=f"{batches} more commits")
 
 
 def test_a_streaming_query_rides_through_a_namenode_then_a_datanode_restart(
@@ -151,7 +110,8 @@ def test_a_streaming_query_rides_through_a_namenode_then_a_datanode_restart(
     root = f"webhdfs://{host}/faults-{uuid.uuid4().hex[:8]}"
     namenode = HdfsNemesis(hdfs, "namenode", safe_mode_seconds=3.0)
     datanode = HdfsNemesis(hdfs, "datanode")
-    q = Query(spark, kafka_bootstrap, topic, root, str(tmp_path / "chk")).start()
+    q = FaultQuery(spark, kafka_bootstrap, topic, root, str(tmp_path / "chk"), "hdfs-faults",
+                   {"retryTimeout": BUDGET}).start()
     try:
         q.progresses(2)
         namenode.stop()
@@ -164,28 +124,13 @@ def test_a_streaming_query_rides_through_a_namenode_then_a_datanode_restart(
         q.query.processAllAvailable()
         q.assert_up()
     finally:
-        if q.query.isActive:
-            q.query.stop()
+        q.stop()
     assert safe, "the NameNode came back out of safe mode: the fault did not happen"
-    table = _read_parquet(hdfs, "/" + root.split("/", 3)[3] + "/out")
-    assert_exact(zip(table.column("id").to_pylist(), table.column("payload").to_pylist(),
-                     strict=True),
-                 [(i, f"value-{i}") for i in range(N)], what="the file sink's output")
-    wal = WriteAheadLog(*storage_for(q.wal), "source")
-    seqs = wal.seqs()
-    records = [wal.get(seq) for seq in seqs]
-    assert all(r is not None for r in records)
-    end = records[-1]["end"]  # type: ignore[index]
-    assert sum(int(o) for p in end.values() for o in p.values()) == N, end
+    assert_output_exact(_read_parquet(hdfs, "/" + root.split("/", 3)[3] + "/out"))
+    assert_wal_reaches_the_end(WriteAheadLog(*storage_for(q.wal), "source"))
 
 
 # -- 2. a RENAME whose answer is lost -------------------------------------------------------------
-def _rows(start: int, n: int) -> pa.RecordBatch:
-    ids = list(range(start, start + n))
-    return pa.record_batch({"id": pa.array(ids, pa.int64()),
-                            "payload": pa.array([f"value-{i}" for i in ids])})
-
-
 def test_renames_whose_answers_are_lost_read_back_as_the_writers_own(hdfs: Any) -> None:
     proxy = HttpProxy(hdfs.http_port).start()
     try:
@@ -209,9 +154,9 @@ def test_renames_whose_answers_are_lost_read_back_as_the_writers_own(hdfs: Any) 
         # commit record
         sink = FileSink(base + "/out", sink_id="lost-answers",
                         storage_options={"retryTimeout": "30s"})
-        sink.check_schema(_rows(0, 1).schema)
+        sink.check_schema(rows(0, 1).schema)
         for batch in range(3):
-            staged = sink.stage(TaskInfo(batch, 0), iter([_rows(batch * 100, 100)]))
+            staged = sink.stage(TaskInfo(batch, 0), iter([rows(batch * 100, 100)]))
             sink.commit(batch, [staged])
         assert sink.last_committed() == 2
     finally:

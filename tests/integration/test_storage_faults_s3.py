@@ -37,14 +37,19 @@ from connectors.core.storage import (
 )
 from connectors.core.wal import WriteAheadLog, encode
 from connectors.files.sink import FileSink, committed_files
-from tests.helpers import assert_exact, unavailable, wait_for
+from tests.helpers import assert_exact, unavailable
 from tests.http_proxy import HttpProxy
 from tests.nemesis import SeaweedNemesis
+from tests.storage_faults import (
+    FaultQuery,
+    assert_output_exact,
+    assert_wal_reaches_the_end,
+    rows,
+    topic_records,
+)
 
 pytestmark = pytest.mark.xdist_group("storage-faults-s3")
 
-N = 400
-PER_BATCH = 20
 #: The query's retry budget: SeaweedFS stopped gracefully keeps answering 500 while its
 #: filer is gone (about 20 s on 2 busy cores) and takes as long again to start; the default
 #: 10 s rides through throttling, not that (docs/file-sink.md, "Storage faults").
@@ -99,12 +104,6 @@ def _committed_table(service: Any, bucket: str, out: str) -> pa.Table:
                              for k in keys])
 
 
-def _rows(start: int, n: int) -> pa.RecordBatch:
-    ids = list(range(start, start + n))
-    return pa.record_batch({"id": pa.array(ids, pa.int64()),
-                            "payload": pa.array([f"value-{i}" for i in ids])})
-
-
 # -- 1. lost answers ---------------------------------------------------------------------------
 @pytest.mark.parametrize("how", ["close", "reset"])
 def test_creates_whose_answers_are_lost_read_back_as_the_writers_own(
@@ -131,9 +130,9 @@ def test_creates_whose_answers_are_lost_read_back_as_the_writers_own(
     assert info["sink_id"] == "lost-answers" and state.last_committed() == 0
 
     sink = FileSink(f"s3://{bucket}/out", sink_id="lost-answers", storage_options=options)
-    sink.check_schema(_rows(0, 1).schema)
+    sink.check_schema(rows(0, 1).schema)
     for batch in range(3):
-        staged = sink.stage(TaskInfo(batch, 0), iter([_rows(batch * 100, 100)]))
+        staged = sink.stage(TaskInfo(batch, 0), iter([rows(batch * 100, 100)]))
         sink.commit(batch, [staged])
     assert sink.last_committed() == 2
 
@@ -155,58 +154,8 @@ def test_creates_whose_answers_are_lost_read_back_as_the_writers_own(
 # -- 2. a streaming query through every fault ---------------------------------------------------
 @pytest.fixture
 def topic(filled_topic: Any) -> str:
-    name: str = filled_topic([(str(i).encode(), f"value-{i}".encode(), i % 2)
-                              for i in range(N)], partitions=2)
+    name: str = filled_topic(topic_records(), partitions=2)
     return name
-
-
-class Query:
-    """``eo_kafka`` (walPath on S3) -> ``eo_files`` (path on S3), both through the proxy,
-    with a retry budget of ``BUDGET``; the checkpoint local."""
-
-    def __init__(self, spark: Any, bootstrap: str, topic: str, bucket: str,
-                 options: dict[str, str], checkpoint: str) -> None:
-        self.spark, self.bootstrap, self.topic = spark, bootstrap, topic
-        self.wal, self.out = f"s3://{bucket}/wal", f"s3://{bucket}/out"
-        self.options, self.checkpoint = options, checkpoint
-        self.query: Any = None
-
-    def start(self) -> Query:
-        reader = (self.spark.readStream.format("eo_kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap)
-                  .option("subscribe", self.topic).option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", PER_BATCH).option("walPath", self.wal))
-        for k, v in self.options.items():
-            reader = reader.option(f"storage.{k}", v)
-        rows = reader.load().selectExpr("cast(cast(key as string) as bigint) as id",
-                                        "cast(value as string) as payload")
-        writer = (rows.writeStream.format("eo_files").option("path", self.out)
-                  .option("sink_id", "s3-faults").option("checkpointLocation", self.checkpoint)
-                  .trigger(processingTime="200 milliseconds"))
-        for k, v in self.options.items():
-            writer = writer.option(f"storage.{k}", v)
-        self.query = writer.start()
-        return self
-
-    def committed(self, service: Any) -> int:
-        try:
-            last = FileSink(self.out, storage_options=service.python_options()).last_committed()
-        except Exception:  # noqa: BLE001 - the server restarting: no progress to see
-            return -1
-        return -1 if last is None else last
-
-    def assert_up(self) -> None:
-        error = self.query.exception()
-        assert error is None and self.query.isActive, f"the query terminated: {error}"
-
-    def progresses(self, service: Any, batches: int = 2, timeout: float = 180) -> None:
-        start = max(self.committed(service), 0)
-
-        def moved() -> bool:
-            self.assert_up()
-            return self.committed(service) >= start + batches
-
-        wait_for(moved, timeout, what=f"{batches} more commits")
 
 
 def test_a_streaming_query_rides_through_throttling_a_restart_and_lost_answers(
@@ -214,37 +163,29 @@ def test_a_streaming_query_rides_through_throttling_a_restart_and_lost_answers(
         store: tuple[Any, HttpProxy, str], tmp_path: Any) -> None:
     service, proxy, bucket = store
     nemesis = SeaweedNemesis(seaweed, proxy)
-    q = Query(spark, kafka_bootstrap, topic, bucket,
-              {**_options(service, proxy), "retryTimeout": BUDGET},
-              str(tmp_path / "chk")).start()
+    q = FaultQuery(spark, kafka_bootstrap, topic, f"s3://{bucket}", str(tmp_path / "chk"),
+                   "s3-faults", {**_options(service, proxy), "retryTimeout": BUDGET},
+                   read_options=service.python_options()).start()
     try:
-        q.progresses(service, 2)
+        q.progresses(2)
         nemesis.throttle(0.15, kinds=("slowdown", "error", "reset"))
         nemesis.delay(2, 10.0)
-        q.progresses(service, 3)
+        q.progresses(3)
         nemesis.calm()
         down = nemesis.down(2.0)  # stopped, 2 s down, started on its port and data
         assert down >= 2.0
-        q.progresses(service, 2)
+        q.progresses(2)
         nemesis.drop_answer()
-        q.progresses(service, 3)
+        q.progresses(3)
         nemesis.calm()
         q.query.processAllAvailable()
         q.assert_up()
     finally:
-        if q.query.isActive:
-            q.query.stop()
+        q.stop()
     for fault in ("slowdown", "error", "reset", "delay", "drop_answer_close",
                   "upstream_refused"):
         assert proxy.stats[fault] > 0, (fault, dict(proxy.stats))
-    table = _committed_table(service, bucket, q.out)
-    assert_exact(zip(table.column("id").to_pylist(), table.column("payload").to_pylist(),
-                     strict=True),
-                 [(i, f"value-{i}") for i in range(N)], what="the file sink's output")
+    assert_output_exact(_committed_table(service, bucket, q.out))
     storage, root = storage_for(q.wal, options=storage_options_from(service.python_options(),
                                                                      "tests"))
-    wal = WriteAheadLog(storage, root, "source")
-    records = [wal.get(seq) for seq in wal.seqs()]
-    assert all(r is not None for r in records)
-    end = records[-1]["end"]  # type: ignore[index]
-    assert sum(int(o) for p in end.values() for o in p.values()) == N, end
+    assert_wal_reaches_the_end(WriteAheadLog(storage, root, "source"))
