@@ -65,6 +65,7 @@ XDIST_GROUPS = {"/integration/cluster_kafka/": "kafka-cluster",
                 "/integration/cluster/": "spark-cluster"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups (its hook has no order)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = str(item.fspath)
