@@ -96,7 +96,7 @@ def serve(spark: Any = None, port: int = 0, host: str = "127.0.0.1") -> MetricsS
     httpd, thread = start_http_server(port, addr=host, registry=_DrainingRegistry(spool))
     bound = int(httpd.server_address[1])
     if spark is not None:
-        from connectors.spark.progress_listener import MetricsListener
+        from connectors.monitoring.listener import MetricsListener
 
         listener = MetricsListener(before=spool.drain if spool is not None else None)
         spark.streams.addListener(listener)
