@@ -1,5 +1,5 @@
-"""What the storage fault tests (tests/integration/test_storage_faults_{disk,hdfs,s3}.py)
-share: the topic they stream, the streaming query that carries it through the store under
+"""What the storage fault tests (tests/integration/test_storage_faults_disk.py, _hdfs.py and
+_s3.py) share: the topic they stream, the streaming query that carries it through the store under
 test, and the truth checks of its output and of the source's WAL."""
 
 from __future__ import annotations
