@@ -190,11 +190,15 @@ class ByteRuns:
     def next_runs(self, sticky: np.ndarray, sizes: Callable[[], np.ndarray]) -> np.ndarray:
         if not sticky.any():
             return np.full(len(sticky), self.start + self.before // self.budget, np.int64)
-        counted = np.where(sticky, sizes(), 0).astype(np.int64)
-        through = np.cumsum(counted) + self.before  # bytes up to and including each row
-        runs = (through - counted) // self.budget
+        every = sizes()
+        counted = every if sticky.all() else np.where(sticky, every, 0)
+        through = np.cumsum(counted, dtype=np.int64)  # bytes up to and including each row
+        through += self.before
         self.before = int(through[-1])
-        return self.start + runs
+        runs = through - counted  # bytes before each row (in place below: no more copies)
+        runs //= self.budget
+        runs += self.start
+        return runs
 
     def __repr__(self) -> str:
         return f"ByteRuns(start={self.start}, budget={self.budget}, before={self.before})"
