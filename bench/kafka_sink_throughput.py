@@ -287,13 +287,16 @@ def scan_cost(bootstrap: str, rows: int, value_bytes: int, partitions: int) -> d
 
 
 def sink_write(df: Any, bootstrap: str, topic: str, wal: str, sink_id: str, batch_id: int,
-               transactional: bool = False, wire: bool = True) -> float:
+               transactional: bool = False, wire: bool = True,
+               null_key_run_bytes: int | None = None) -> float:
     started = time.perf_counter()
-    (df.write.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", topic).option("sink_id", sink_id).option("walPath", wal)
-     .option("transactional", str(transactional).lower())
-     .option("wireProduce", str(wire).lower())
-     .option("batchId", batch_id).mode("append").save())
+    writer = (df.write.format("eo_kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic).option("sink_id", sink_id).option("walPath", wal)
+              .option("transactional", str(transactional).lower())
+              .option("wireProduce", str(wire).lower()))
+    if null_key_run_bytes is not None:
+        writer = writer.option("nullKeyRunBytes", str(null_key_run_bytes))
+    writer.option("batchId", batch_id).mode("append").save()
     return time.perf_counter() - started
 
 
@@ -410,6 +413,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3,
                     help="untimed full-size writes per writer (ours: per mode) before its runs")
     ap.add_argument("--scan-rows", type=int, default=200_000)
+    ap.add_argument("--null-key-run-bytes", type=int, default=None,
+                    help="the sink's nullKeyRunBytes (default: the sink's own default)")
     ap.add_argument("--cluster", action="store_true",
                     help="three KRaft nodes, replication 3, min.insync.replicas=2 (acks=all): "
                     "the production setting; skips the scan, overhead and fact-design extras")
@@ -484,7 +489,8 @@ def main() -> None:
             create_topic(bootstrap, topic, args.partitions)
             for k in range(args.warmup + args.repeat):
                 seconds = sink_write(df, bootstrap, topic, os.path.join(wal, topic), topic, k,
-                                     mode.startswith("txn"), wire=not mode.endswith("_lib"))
+                                     mode.startswith("txn"), wire=not mode.endswith("_lib"),
+                                     null_key_run_bytes=args.null_key_run_bytes)
                 if k >= args.warmup:
                     rates.append(args.rows / seconds)
                     print(f"spark eo_kafka sink ({mode}) run {k - args.warmup}: "
@@ -545,6 +551,8 @@ def main() -> None:
                             "spark_kafka_sink": round(min(jvm_rates)), "raw": round(min(raw))},
             "value_bytes": args.value_bytes,
             "partitions": args.partitions,
+            **({"null_key_run_bytes": args.null_key_run_bytes}
+               if args.null_key_run_bytes is not None else {}),
             "broker": f"Apache Kafka {version}",
             "spark_jvm": jvm_desc,
             **overheads,

@@ -242,11 +242,43 @@ def test_task_failure_mid_produce_then_retry_skips_written_rows(
     assert set(seqs) == set(range(3000)) and max(seqs.values()) == 1
 
 
-def test_retry_of_an_attempt_that_routed_in_the_old_runs_routes_as_it_did(
+def test_retry_after_a_failure_routes_null_keys_in_the_byte_runs_of_its_first_attempt(
     kafka_bootstrap, new_topic, tmp_path, monkeypatch
 ):
-    """A started marker from before the null-key run was recorded (an attempt under runs of
-    1,000 rows, then an upgrade): the retry routes in those runs, so every row it skips is in
+    """Runs of about ``nullKeyRunBytes`` bytes: attempt 0 dies mid-produce, and the retry,
+    under another budget now, routes by the budget its marker recorded, so every row it
+    skips is where the first attempt put it and nothing is lost or doubled."""
+    topic = new_topic(partitions=4)
+    sink = _sink(kafka_bootstrap, tmp_path, topic, null_key_run_bytes=40_000)
+    n = 3000
+    values = [f"v{i}-".encode().ljust(20 + i % 150, b"x") for i in range(n)]  # 20-169 bytes
+    rows = pa.table({"value": values})
+    _attempt_dies_mid_produce(monkeypatch, sink, TaskInfo(6, 1), 1500, rows)
+    first = read_topic(kafka_bootstrap, topic)
+    assert len(first) >= 1500
+    changed = KafkaSink(sink.sink_id, sink.wal_path, bootstrap_servers=kafka_bootstrap,
+                        topic=topic, null_key_run_bytes=1_000_000)
+    retry = changed.stage(TaskInfo(6, 1, attempt=1), iter(rows.to_batches(max_chunksize=333)))
+    assert retry.retry and retry.skipped == len(first)
+    out = read_topic(kafka_bootstrap, topic)
+    assert_exact([m.value() for m in out], values)
+    # Rows in seq order (the recovery key's), each where the bytes before it say.
+    by_seq = sorted(out, key=lambda m: recovery.find_key(m.headers()).seq)
+    start, before = partitioner.null_key_start(6, 1), 0
+    for m in by_seq:
+        assert m.partition() == (start + before // 40_000) % 4
+        before += len(m.value())
+    assert len({m.partition() for m in out}) == 4  # about 255 KB: seven runs
+
+
+@pytest.mark.parametrize("recorded", [{"null_key_run": 1000}, {}],
+                         ids=["rows-recorded", "none-recorded"])
+def test_retry_of_an_attempt_that_routed_in_the_old_runs_routes_as_it_did(
+    kafka_bootstrap, new_topic, tmp_path, monkeypatch, recorded
+):
+    """A started marker from before the runs were counted in bytes (an attempt under runs
+    of 1,000 rows, then an upgrade): recorded in rows as ``null_key_run``, or, older still,
+    not at all (runs of 1,000). The retry routes in those runs, so every row it skips is in
     the partition its first attempt put it, and nothing is lost or doubled."""
     import connectors.kafka.sink.recovery_key_mode as rk_mode
 
@@ -254,22 +286,23 @@ def test_retry_of_an_attempt_that_routed_in_the_old_runs_routes_as_it_did(
     sink = _sink(kafka_bootstrap, tmp_path, topic)
     n = 5000
     rows = pa.table({"value": [f"v{i}".encode() for i in range(n)]})
-    monkeypatch.setattr(rk_mode, "NULL_KEY_RUN", 1000)  # the version before the upgrade
+    start = partitioner.null_key_start(4, 1)
+    # The version before the upgrade: runs of 1,000 rows (undone after the attempt).
+    monkeypatch.setattr(rk_mode.RecoveryKeyWriter, "null_key_runs",
+                        lambda self: partitioner.RowRuns(start, 1000))
     _attempt_dies_mid_produce(monkeypatch, sink, TaskInfo(4, 1), 2500, rows)
-    # Its marker as that version wrote it: no run recorded.
+    # Its marker as that version wrote it: the run in rows, or no run.
     state = sink._state()
     markers = recovery.MarkerStore(state.storage, state.root, state)
     record = json.loads(markers.get(4, 1).to_json())
-    assert record.pop("null_key_run") == 1000
-    state.storage.write_atomic(markers.path(4, 1), json.dumps(record).encode())
-    assert rk_mode.NULL_KEY_RUN == partitioner.NULL_KEY_RUN == 100_000
+    record.pop("null_key_run_bytes")
+    state.storage.write_atomic(markers.path(4, 1), json.dumps({**record, **recorded}).encode())
     first = read_topic(kafka_bootstrap, topic)
     assert len(first) >= 2500 and len({m.partition() for m in first}) >= 2
     retry = sink.stage(TaskInfo(4, 1, attempt=1), iter(rows.to_batches()))
     assert retry.retry and retry.skipped == len(first)
     out = read_topic(kafka_bootstrap, topic)
     assert_exact([m.value() for m in out], [f"v{i}".encode() for i in range(n)])
-    start = partitioner.null_key_start(4, 1)
     for m in out:  # every row where runs of 1,000 put it
         seq = recovery.find_key(m.headers()).seq
         assert m.partition() == (start + seq // 1000) % 4

@@ -10,6 +10,7 @@ tests are in test_kafka_sink_recovery.py and test_cross_clients.py.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -179,12 +180,12 @@ def test_every_produce_path_writes_the_same_records(
     (wireProduce=false, batchProduce=true) and confluent-kafka's ``produce()`` write the same
     records to the same partitions: null stays null, empty stays empty, keyed rows go where
     the Java partitioner puts them."""
-    from connectors.kafka.sink.partitioner import NULL_KEY_RUN, key_partition, null_key_start
+    from connectors.kafka.sink.partitioner import key_partition, null_key_start
 
     topic = new_topic(partitions=4)
     table = _odd_rows()
     sink = _sink(kafka_bootstrap, tmp_path, topic, wire_produce=path == "wire",
-                 batch_produce=path != "record")
+                 batch_produce=path != "record", null_key_run_bytes=2_000)
     report = sink.stage(TaskInfo(1, 0), iter(table.to_batches(max_chunksize=700)))
     assert report.produced == ROWS
     got = read_topic(kafka_bootstrap, topic)
@@ -192,11 +193,15 @@ def test_every_produce_path_writes_the_same_records(
                  list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
                           strict=True)))
     assert all(m.partition() == key_partition(m.key(), 4) for m in got if m.key() is not None)
-    # Null keys: runs of NULL_KEY_RUN rows to consecutive partitions from the task's start.
-    start = null_key_start(1, 0)
-    assert {m.partition() for m in got if m.key() is None} == {
-        (start + i // NULL_KEY_RUN) % 4
-        for i, k in enumerate(table.column("key").to_pylist()) if k is None}
+    # Null keys: runs of about 2,000 bytes (the values'), carried across the 700-row
+    # batches, to consecutive partitions from the task's start.
+    start, before, want = null_key_start(1, 0), 0, Counter()
+    for key, value in zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                          strict=True):
+        if key is None:
+            want[(start + before // 2_000) % 4, value] += 1
+            before += len(value or b"")
+    assert Counter((m.partition(), m.value()) for m in got if m.key() is None) == want
 
 
 def test_a_record_the_broker_refuses_fails_the_task_and_nothing_is_visible(

@@ -141,24 +141,24 @@ def test_vectorised_murmur2_equals_the_reference():
     assert [int(x) for x in strings] == [(-1993445489) & 0xFFFFFFFF, 126087238]
 
 
-def test_route_explicit_then_key_then_sticky_runs_by_seq():
+def test_route_explicit_then_key_then_sticky_runs():
     keys = pa.array([b"1", None, b"12", None, b"123"], pa.binary())
     explicit = pa.array([None, None, None, 0, 2], pa.int32())
-    seqs = np.arange(5)
     counts = np.full(5, 3)
-    parts = partitioner.route(keys, explicit, seqs, counts, start=7)
+    sizes = lambda: np.full(5, 100)  # noqa: E731
+    parts = partitioner.route(keys, explicit, counts, partitioner.ByteRuns(7, 1000), sizes)
     assert parts.tolist() == [
         partitioner.key_partition(b"1", 3),
-        7 % 3,  # null key: seq 1 is in the task's first run, which starts at 7
+        7 % 3,  # null key: row 1 is in the task's first run, which starts at 7
         partitioner.key_partition(b"12", 3),
         0,  # explicit
         2,  # explicit wins over the key
     ]
-    run = partitioner.NULL_KEY_RUN
-    seqs = np.arange(3 * run + 1)
-    parts = partitioner.route(None, None, seqs, np.full(len(seqs), 4), start=2).tolist()
-    # Runs of NULL_KEY_RUN rows, each to the next partition, wrapping around.
-    assert parts == [2] * run + [3] * run + [0] * run + [1]
+    # Runs of the budget's bytes, each to the next partition, wrapping around.
+    n = 31
+    parts = partitioner.route(None, None, np.full(n, 4), partitioner.ByteRuns(2, 1000),
+                              lambda: np.full(n, 100)).tolist()
+    assert parts == [2] * 10 + [3] * 10 + [0] * 10 + [1]
     # The same on a retry; another (batch, writer) starts elsewhere.
     start = partitioner.null_key_start(5, 1)
     assert start == partitioner.null_key_start(5, 1) != partitioner.null_key_start(5, 2)

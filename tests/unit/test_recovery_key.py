@@ -110,16 +110,35 @@ def test_sink_id_must_fit_the_length_byte():
         recovery.key_prefix("", 0, 0)
 
 
-def test_marker_keeps_the_null_key_run_and_older_markers_mean_the_old_run():
-    from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
+def test_marker_keeps_the_null_key_budget_and_older_markers_mean_their_rows():
+    from connectors.kafka.sink.partitioner import (
+        LEGACY_NULL_KEY_RUN,
+        NULL_KEY_RUN_BYTES,
+        ByteRuns,
+        RowRuns,
+    )
 
-    marker = recovery.StartedMarker("s", 3, 1, {"b": 4}, {"b": {"0": 1}}, null_key_run=1234)
-    back = recovery.StartedMarker.from_record(json.loads(marker.to_json()))
-    assert back.null_key_run == 1234
-    assert recovery.StartedMarker("s", 3, 1, {}, {}).null_key_run == NULL_KEY_RUN
-    old = json.loads(marker.to_json())
-    del old["null_key_run"]  # written before the run was recorded
-    assert recovery.StartedMarker.from_record(old).null_key_run == LEGACY_NULL_KEY_RUN == 1000
+    marker = recovery.StartedMarker("s", 3, 1, {"b": 4}, {"b": {"0": 1}},
+                                    null_key_run_bytes=1234)
+    record = json.loads(marker.to_json())
+    assert record["null_key_run_bytes"] == 1234 and "null_key_run" not in record
+    back = recovery.StartedMarker.from_record(record)
+    assert (back.null_key_run_bytes, back.null_key_run) == (1234, None)
+    runs = back.null_key_runs(5)
+    assert isinstance(runs, ByteRuns) and (runs.start, runs.budget) == (5, 1234)
+    default = recovery.StartedMarker("s", 3, 1, {}, {})
+    assert default.null_key_run_bytes == NULL_KEY_RUN_BYTES
+    # The release before byte runs recorded its run in rows ...
+    del record["null_key_run_bytes"]
+    rows = recovery.StartedMarker.from_record({**record, "null_key_run": 100_000})
+    assert (rows.null_key_run_bytes, rows.null_key_run) == (None, 100_000)
+    runs = rows.null_key_runs(5)
+    assert isinstance(runs, RowRuns) and (runs.start, runs.rows) == (5, 100_000)
+    assert json.loads(rows.to_json())["null_key_run"] == 100_000  # kept as it was
+    # ... and the one before that not at all: runs of 1,000 rows.
+    old = recovery.StartedMarker.from_record(record)
+    assert old.null_key_run == LEGACY_NULL_KEY_RUN == 1000
+    assert isinstance(old.null_key_runs(0), RowRuns)
 
 
 def test_marker_round_trip_and_purge(tmp_path):

@@ -12,6 +12,7 @@ from connectors.core.declared import (
     BOOLEAN,
     CHOICE,
     DURATION,
+    INTEGER,
     PREFIXED,
     STORAGE,
     STRING,
@@ -32,6 +33,7 @@ from connectors.kafka.common import (
 from connectors.kafka.config import check_client_config
 from connectors.kafka.sink import recovery
 from connectors.kafka.sink.commit_facts import DEFAULT_FACTS_TOPIC, EXPIRED_FACT_POLICIES
+from connectors.kafka.sink.partitioner import NULL_KEY_RUN_BYTES
 from connectors.kafka.sink.producers import producer_config
 
 _SERVERS_HINT = "the brokers' host:port list"
@@ -106,6 +108,13 @@ KAFKA_SINK_OPTIONS: tuple[Opt, ...] = (
         "written), `rewrite` (write the task again; it may then be in the topic twice) or "
         "`skip` (treat it as committed). Set `rewrite` or `skip` for one restart, after "
         "checking the topic ([below](#commit-facts-and-offsets-retention))"),
+    Opt("nullKeyRunBytes", "null_key_run_bytes", INTEGER, NULL_KEY_RUN_BYTES, minimum=1,
+        help="rows with a null key and no `partition` go to one partition in runs of about "
+        "this many bytes (their values and headers), each run to the next partition from a "
+        "start set by the task's batch and writer; the default is ten full record batches. "
+        "Smaller spreads a batch over more partitions, at the brokers' cost per partition a "
+        "write touches. A retry routes by its first attempt's value "
+        "([Routing of null keys](#routing-of-null-keys))"),
     METADATA_RETRY_TIMEOUT,
     CONNECT_TIMEOUT,
     Opt("failOnUnknownTopic", "fail_on_unknown_topic", BOOLEAN, False,
@@ -148,6 +157,7 @@ class KafkaSinkOptions(Declared):
     wire_produce: bool = True
     facts_topic: str = DEFAULT_FACTS_TOPIC
     expired_fact_policy: str = "fail"
+    null_key_run_bytes: int = NULL_KEY_RUN_BYTES
     #: ``storage.*``: how to reach an object store holding ``walPath``
     storage: StorageOptions = field(default_factory=StorageOptions)
 

@@ -59,7 +59,13 @@ from connectors.core.storage import Storage
 from connectors.kafka import access
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink import ordering
-from connectors.kafka.sink.partitioner import LEGACY_NULL_KEY_RUN, NULL_KEY_RUN
+from connectors.kafka.sink.partitioner import (
+    LEGACY_NULL_KEY_RUN,
+    NULL_KEY_RUN_BYTES,
+    ByteRuns,
+    NullKeyRuns,
+    RowRuns,
+)
 from connectors.kafka.wire.protocol import uvarint
 
 log = logging.getLogger(__name__)
@@ -214,8 +220,12 @@ class StartedMarker:
     partition_counts: dict[str, int]
     watermarks: dict[str, dict[str, int]]
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    #: Null-key rows per partition run the attempt routed with.
-    null_key_run: int = NULL_KEY_RUN
+    #: The byte budget of the null-key runs the attempt routed with (``nullKeyRunBytes``);
+    #: None in a marker written before the runs were counted in bytes.
+    null_key_run_bytes: int | None = NULL_KEY_RUN_BYTES
+    #: Such an older marker's run in rows (``null_key_run``; a marker without it was written
+    #: under runs of :data:`~connectors.kafka.sink.partitioner.LEGACY_NULL_KEY_RUN`).
+    null_key_run: int | None = None
     #: The deterministic order its seqs number (``connectors.kafka.sink.ordering``).
     order: str = ordering.SORTED
     #: The recovery-key version its records carry.
@@ -230,7 +240,9 @@ class StartedMarker:
                 "partition_counts": self.partition_counts,
                 "watermarks": self.watermarks,
                 "created_ms": self.created_ms,
-                "null_key_run": self.null_key_run,
+                **({"null_key_run_bytes": self.null_key_run_bytes}
+                   if self.null_key_run_bytes is not None
+                   else {"null_key_run": self.null_key_run or LEGACY_NULL_KEY_RUN}),
                 "order": self.order,
                 "key_version": self.key_version,
             },
@@ -249,10 +261,20 @@ class StartedMarker:
                 for t, parts in d["watermarks"].items()
             },
             created_ms=int(d.get("created_ms", 0)),
-            null_key_run=int(d.get("null_key_run", LEGACY_NULL_KEY_RUN)),
+            null_key_run_bytes=(int(d["null_key_run_bytes"]) if "null_key_run_bytes" in d
+                                else None),
+            null_key_run=(None if "null_key_run_bytes" in d
+                          else int(d.get("null_key_run", LEGACY_NULL_KEY_RUN))),
             order=str(d.get("order", ordering.SORTED)),
             key_version=int(d.get("key_version", 1)),
         )
+
+    def null_key_runs(self, start: int) -> NullKeyRuns:
+        """The null-key runs the attempt routed with, from ``start``: bytes, or, in a marker
+        from before the runs were counted in bytes, rows."""
+        if self.null_key_run_bytes is not None:
+            return ByteRuns(start, self.null_key_run_bytes)
+        return RowRuns(start, self.null_key_run or LEGACY_NULL_KEY_RUN)
 
     def start_offsets(self) -> dict[tuple[str, int], int]:
         return {(t, int(p)): o for t, parts in self.watermarks.items() for p, o in parts.items()}

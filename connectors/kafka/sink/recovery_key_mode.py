@@ -23,7 +23,7 @@ from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, ClientCache, Lease
 from connectors.kafka.sink import batch_produce, ordering, producers, recovery, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
-from connectors.kafka.sink.partitioner import NULL_KEY_RUN
+from connectors.kafka.sink.partitioner import NullKeyRuns, null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows
 from connectors.kafka.sink.writer import FP_MID_PRODUCE, KafkaWriter
@@ -111,10 +111,12 @@ class RecoveryKeyWriter(KafkaWriter):
         self.order = self.marker.order
         return self.order
 
-    def null_key_run(self) -> int:
-        """A retry routes null keys in the runs its first attempt used (markers from before
-        the run was recorded: the run of that time)."""
-        return self.marker.null_key_run if self.marker is not None else NULL_KEY_RUN
+    def null_key_runs(self) -> NullKeyRuns:
+        """A retry routes null keys in the runs its first attempt used, as its marker records
+        them (markers from before the runs were counted in bytes: their runs of rows)."""
+        if self.marker is None:
+            return super().null_key_runs()
+        return self.marker.null_key_runs(null_key_start(self.task.batch_id, self.task.writer_id))
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """A retry routes with the counts its first attempt recorded, so partitions added
@@ -140,7 +142,7 @@ class RecoveryKeyWriter(KafkaWriter):
                 batch_id=b,
                 writer=w,
                 partition_counts=routing.counts,
-                null_key_run=self.null_key_run(),
+                null_key_run_bytes=self.options.null_key_run_bytes,
                 order=self.order,
                 key_version=recovery.VERSION,
                 watermarks=self.watermarks(list(routing.tp_of.values())),

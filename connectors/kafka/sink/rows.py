@@ -35,6 +35,8 @@ class Rows:
     topic_idx: np.ndarray  # per row, index into topics
     explicit: pa.Array | None  # per row partition column (nullable) or None
     headers: list[Any] | None  # per row list of (str, bytes) or None
+    #: per row, the bytes of its headers' names and values (None: no headers column)
+    header_bytes: np.ndarray | None = None
 
     @property
     def seqs(self) -> np.ndarray:
@@ -45,6 +47,10 @@ class Rows:
         """The values as Python objects, for ``produce()`` (batch produce reads the Arrow
         buffers instead)."""
         return self.value_array.to_pylist()
+
+    def record_bytes(self) -> np.ndarray:
+        """Every row's bytes as null-key runs count them (``partitioner.ByteRuns``)."""
+        return partitioner.record_bytes(self.value_array, self.header_bytes)
 
 
 def shape(table: pa.Table, topic: str | None, sink_id: str) -> Rows:
@@ -73,13 +79,15 @@ def shape(table: pa.Table, topic: str | None, sink_id: str) -> Rows:
     if "partition" in names:
         col = table.column("partition").combine_chunks()
         explicit = col if col.null_count < n else None
-    headers = None
+    headers = header_bytes = None
     if "headers" in names and table.column("headers").null_count < n:
+        column = table.column("headers").combine_chunks()
         headers = [
             [(h["key"], h["value"]) for h in row] if row else None
-            for row in table.column("headers").to_pylist()
+            for row in column.to_pylist()
         ]
-    return Rows(n, values, keys, topics, topic_idx, explicit, headers)
+        header_bytes = partitioner.headers_bytes(column)
+    return Rows(n, values, keys, topics, topic_idx, explicit, headers, header_bytes)
 
 
 def picker(order: Sequence[int]) -> Callable[[Sequence[Any]], list[Any]]:
@@ -174,13 +182,13 @@ class Routing:
         return out
 
 
-def route(rows: Rows, counts: Mapping[str, int], sink_id: str, start: int = 0,
-          first_seq: int = 0, run: int = partitioner.NULL_KEY_RUN) -> Routing:
-    """Route every row with the topics' partition ``counts`` (``partitioner.route``; null
-    keys in runs of ``run`` from ``start``, this table's rows numbered from ``first_seq``)."""
+def route(rows: Rows, counts: Mapping[str, int], sink_id: str,
+          runs: partitioner.NullKeyRuns) -> Routing:
+    """Route every row with the topics' partition ``counts`` (``partitioner.route``); null
+    keys by ``runs``, which carries the task's earlier chunks: give it the task's tables in
+    seq order."""
     per_row_count = np.asarray([counts[t] for t in rows.topics], dtype=np.int64)[rows.topic_idx]
-    parts = partitioner.route(rows.keys, rows.explicit, rows.seqs + first_seq, per_row_count,
-                              start, run)
+    parts = partitioner.route(rows.keys, rows.explicit, per_row_count, runs, rows.record_bytes)
     _check_explicit(rows, parts, per_row_count, sink_id)
     base = np.concatenate([[0], np.cumsum([counts[t] for t in rows.topics])]).astype(np.int64)
     target_ids = base[rows.topic_idx] + parts

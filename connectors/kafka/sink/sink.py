@@ -143,6 +143,7 @@ class KafkaSink(BatchSink):
         fail_on_unknown_topic: bool = False,
         batch_produce: bool = True,
         wire_produce: bool = True,
+        null_key_run_bytes: int = 10_000_000,
         storage_options: Mapping[str, Any] | None = None,
         value_format: str = "binary",
         value_subject: str | None = None,

@@ -31,7 +31,7 @@ from connectors.kafka import access
 from connectors.kafka.common import FAMILY, Lease
 from connectors.kafka.sink import batch_produce, commit_facts, producers, recovery, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
-from connectors.kafka.sink.partitioner import null_key_start
+from connectors.kafka.sink.partitioner import NullKeyRuns
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, route, shape
 from connectors.kafka.sink.writer import (
@@ -138,12 +138,12 @@ class TransactionalWriter(KafkaWriter):
             # 3T. One transaction: every row, then the commit fact, then commit.
             report.setup_seconds = time.perf_counter() - began - report.input_seconds
             self.begin(slot)
-            start = null_key_start(self.task.batch_id, self.task.writer_id)
+            runs = self.null_key_runs()  # carried from batch to batch
             for batch in itertools.chain([first], batches):
                 if not batch.num_rows:
                     continue
                 rows = shape(pa.Table.from_batches([batch]), topic, self.sink_id)
-                routing = route(rows, counts, self.sink_id, start, first_seq=report.rows)
+                routing = route(rows, counts, self.sink_id, runs)
                 order = np.argsort(routing.target_ids, kind="stable")
                 report.produced += self.produce(slot, rows, routing.parts, order,
                                                 done=report.produced)
@@ -235,7 +235,7 @@ class TransactionalWriter(KafkaWriter):
             report.rows = drain(batches)
             return
         report.setup_seconds = time.perf_counter() - began - report.input_seconds
-        start = null_key_start(b, w)
+        runs = self.null_key_runs()  # carried from chunk to chunk
         chunk: list[pa.RecordBatch] = []
         size = 0
         for batch in batches:
@@ -244,11 +244,11 @@ class TransactionalWriter(KafkaWriter):
             chunk.append(batch)
             size += batch.nbytes
             if size >= wire.CHUNK_BYTES:
-                self.produce_chunk(producer, chunk, topic, counts, start)
+                self.produce_chunk(producer, chunk, topic, counts, runs)
                 chunk, size = [], 0
         flushed = time.perf_counter()
         if chunk:
-            self.produce_chunk(producer, chunk, topic, counts, start)
+            self.produce_chunk(producer, chunk, topic, counts, runs)
         report.flush_seconds = time.perf_counter() - flushed
         failpoints.hit(FP_AFTER_FLUSH, b)
         committed = time.perf_counter()
@@ -262,12 +262,12 @@ class TransactionalWriter(KafkaWriter):
         failpoints.hit(FP_AFTER_TXN_COMMIT, b)
 
     def produce_chunk(self, producer: wire.WireProducer, chunk: list[pa.RecordBatch],
-                      topic: str, counts: dict[str, int], start: int) -> None:
+                      topic: str, counts: dict[str, int], runs: NullKeyRuns) -> None:
         """Route one chunk of rows and send it; the ``mid_produce`` failpoint fires at its
         exact count, once that many records are acknowledged."""
         report = self.report
         rows = shape(pa.Table.from_batches(chunk), topic, self.sink_id)
-        routing = route(rows, counts, self.sink_id, start, first_seq=report.rows)
+        routing = route(rows, counts, self.sink_id, runs)
         order = np.argsort(routing.parts, kind="stable")
         armed = failpoints.wants_count(FP_MID_PRODUCE)
         for _, piece in self.pieces(rows, order, report.produced, armed):

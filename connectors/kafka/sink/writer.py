@@ -41,7 +41,7 @@ from connectors.kafka import access
 from connectors.kafka.common import FAMILY, attempt_timeout, retrying
 from connectors.kafka.sink import batch_produce, ordering, producers, recovery, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
-from connectors.kafka.sink.partitioner import NULL_KEY_RUN, null_key_start
+from connectors.kafka.sink.partitioner import ByteRuns, NullKeyRuns, null_key_start
 from connectors.kafka.sink.producers import ProducerSlot
 from connectors.kafka.sink.rows import Routing, Rows, picker, route, shape
 
@@ -110,9 +110,7 @@ class KafkaWriter:
             rows = shape(table, self.options.topic, self.sink_id)
             report.rows = rows.n
             counts = self.partition_counts(rows.topics)
-            routing = route(rows, counts, self.sink_id,
-                            null_key_start(self.task.batch_id, self.task.writer_id),
-                            run=self.null_key_run())
+            routing = route(rows, counts, self.sink_id, self.null_key_runs())
             # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
             skip = self.recover(rows, routing, slot)
             if report.already_committed:
@@ -176,9 +174,11 @@ class KafkaWriter:
         the recovery keys' seq needs one), or None to keep them as they come."""
         return ordering.default()
 
-    def null_key_run(self) -> int:
-        """Null-key rows per partition run (after :meth:`partition_counts`)."""
-        return NULL_KEY_RUN
+    def null_key_runs(self) -> NullKeyRuns:
+        """How this attempt cuts its null-key rows into runs (after :meth:`row_order`): a
+        new one per attempt, given the task's rows in seq order."""
+        return ByteRuns(null_key_start(self.task.batch_id, self.task.writer_id),
+                        self.options.null_key_run_bytes)
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """The partition count of every target topic, which routing depends on."""
