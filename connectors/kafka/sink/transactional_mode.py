@@ -391,6 +391,7 @@ class TransactionalWriter(KafkaWriter):
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         self.facts.send(slot.producer, self.options.facts_topic, fact, timeout)
         slot.producer.commit_transaction(timeout)
+        self.in_txn = False  # committed: a failure after this has no transaction to abort
         report.commit_seconds = time.perf_counter() - began
         failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
 
