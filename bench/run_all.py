@@ -67,6 +67,10 @@ BENCHES: dict[str, tuple[str, int, int, list[tuple[str, float | None]]]] = {
     # to_avro with its JVM Kafka source and sink, a real registry
     "avro": ("avro_throughput.py", 1_000_000, 100_000,
              [("read_ratio_spark_avro_read", 1.5), ("write_ratio_spark_avro_write", 1.5)]),
+    # what the metrics cost (issue 44): one streaming pipeline with connectors.monitoring
+    # on (scraped every second) and off, alternating in one run
+    "metrics_overhead": ("metrics_overhead.py", 1_000_000, 200_000,
+                         [("ratio_metrics_off", 0.98)]),
     # requests and ms per batch of each connector's state on S3 (figures, no ratio target)
     "object_store": ("object_store_commit.py", 40, 20, []),
     # end-to-end latency against Spark's JVM Kafka -> Kafka (its own table; lower is

@@ -137,6 +137,9 @@ class WriteAheadLog:
         self.root = root
         self.kind = kind
         self.dir = storage.join(root, kind)
+        #: files (records and markers) in the log as its last listing here saw them, less
+        #: what the purge after it deleted; None before any (the source's metrics read it)
+        self.files: int | None = None
 
     @classmethod
     def open(cls, url: str, kind: str, **storage_kwargs: Any) -> WriteAheadLog:
@@ -191,6 +194,7 @@ class WriteAheadLog:
     def listing(self) -> tuple[list[int], list[int]]:
         """``(seqs, committed_seqs)`` from one listing of the directory."""
         names = self._names()
+        self.files = len(names)
         return _seqs(names, RECORD_EXT), _seqs(names, COMMIT_EXT)
 
     def last(self) -> tuple[int, dict[str, Any]] | None:
@@ -254,6 +258,7 @@ class WriteAheadLog:
                 continue
             doomed.append(self.storage.join(self.dir, name))
         deleted = self.storage.delete_many(doomed) if doomed else 0
+        self.files = len(names) - deleted
         if deleted:
             log.debug("%r: purged %d files before %d", self, deleted, before_seq)
         return deleted

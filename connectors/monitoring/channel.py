@@ -14,6 +14,15 @@ see. So a commit event goes:
   where there is no ``/proc``, or no ancestor serves metrics, the event is dropped.
 
 Events are built from the COMMITTED messages only, so a retried or zombie task counts once.
+The exceptions are counted where they happen, in the process that saw them: a batch the
+driver aborted (:func:`abort_event`), a transaction a failing attempt aborted
+(:func:`count_event` from the executor), a source's window commit (:func:`source_event`).
+
+A spooled event also carries its process's storage counts (:mod:`connectors.core.storage.stats`,
+totals so far, with a token naming the process); the endpoint keeps the newest totals of
+each process, so a lost or repeated line changes nothing. :func:`storage_totals` sends them
+alone (after a task's stage).
+
 Nothing here raises into a batch: a failure is logged and counted
 (``eo_metrics_errors_total``), never fatal.
 """
@@ -26,9 +35,12 @@ import os
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from connectors.core.storage import stats
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +51,7 @@ MAX_ANCESTORS = 8
 
 _serving: Callable[[Mapping[str, Any]], None] | None = None
 _ancestors: list[int] | None = None
+_process: tuple[int, str] | None = None
 
 
 def spool_root() -> Path:
@@ -64,6 +77,43 @@ def commit_event(family: str, sink_id: str | None, batch_id: int, *, rows: int =
           "rows": rows, "steps": dict(steps or {}), **counts, "ts": time.time()})
 
 
+def count_event(family: str, sink_id: str | None, batch_id: int, **counts: float) -> None:
+    """Counts outside a commit (``failed_attempts``, ``transactions_aborted``), summed into
+    the sink's counters; the batch's last-commit gauges are left alone."""
+    emit({"kind": "count", "family": family, "sink_id": sink_id or "", "batch_id": batch_id,
+          **counts, "ts": time.time()})
+
+
+def abort_event(family: str, sink_id: str | None, batch_id: int) -> None:
+    """The driver aborted the batch's write job (a task failed for good, or the commit)."""
+    emit({"kind": "abort", "family": family, "sink_id": sink_id or "", "batch_id": batch_id,
+          "ts": time.time()})
+
+
+def source_event(wal_path: str | None, window: int | None, commit_seconds: float,
+                 wal_files: int | None) -> None:
+    """An ``eo_kafka`` source committed a window: the commit's time (WAL marker, group
+    commit, retention) and, when its retention just listed the WAL, the files left."""
+    emit({"kind": "source", "wal_path": wal_path or "", "window": window,
+          "commit_seconds": commit_seconds, "wal_files": wal_files, "ts": time.time()})
+
+
+def storage_totals() -> None:
+    """Send this process's storage counts alone (a spooled process only: the serving one
+    reads its own)."""
+    if _serving is None and stats.snapshot():
+        emit({"kind": "storage", "ts": time.time()})
+
+
+def process_token() -> str:
+    """This process, unique across pid reuse: pid and a random part, new after a fork."""
+    global _process
+    pid = os.getpid()
+    if _process is None or _process[0] != pid:
+        _process = (pid, f"{pid}-{uuid.uuid4().hex[:12]}")
+    return _process[1]
+
+
 def replay_event(family: str, sink_id: str | None, batch_id: int) -> None:
     """A commit of a batch that was already committed: a no-op replay."""
     emit({"kind": "replay", "family": family, "sink_id": sink_id or "", "batch_id": batch_id,
@@ -79,6 +129,10 @@ def emit(event: Mapping[str, Any]) -> None:
         directory = _spool()
         if directory is None:
             return
+        totals = stats.snapshot()
+        if totals:
+            event = {**event, "process": process_token(),
+                     "storage": [[*key, n] for key, n in totals.items()]}
         line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
         # One write of one line with O_APPEND: the reader never sees half of a line
         # interleaved with another's (one file per process besides).

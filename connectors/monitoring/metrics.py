@@ -21,6 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from connectors.core.storage import request_counts, stats
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +103,22 @@ SINK_SCAN_RECORDS = Counter("eo_sink_recovery_scan_records_total",
 SINK_SCAN_SECONDS = Counter("eo_sink_recovery_scan_seconds_total",
                             "Time spent in recovery scans, summed over tasks",
                             SINK, registry=REGISTRY)
+SINK_FAILED_ATTEMPTS = Counter("eo_sink_failed_attempts_total",
+                               "Task attempts that failed or were superseded before the attempt "
+                               "that committed (Spark's attemptNumber of the winning attempts, "
+                               "summed); never counted as output", SINK, registry=REGISTRY)
+SINK_FENCED = Counter("eo_sink_fenced_attempts_total",
+                      "Earlier attempts of a task whose transaction had not committed when the "
+                      "winning attempt's init_transactions fenced them (eo_kafka sink, "
+                      "transactional=true)", SINK, registry=REGISTRY)
+SINK_TXN_ABORTED = Counter("eo_sink_transactions_aborted_total",
+                           "Transactions a failing task attempt aborted itself (eo_kafka sink, "
+                           "transactional=true; counted in the attempt's process)",
+                           SINK, registry=REGISTRY)
+SINK_BATCHES_ABORTED = Counter("eo_sink_batches_aborted_total",
+                               "Batches whose write job the driver aborted (a task failed for "
+                               "good, or the commit failed); the batch runs again",
+                               SINK, registry=REGISTRY)
 SINK_STEP = Histogram("eo_sink_step_seconds",
                       "Time of one step of a committed batch: stage (slowest task), produce "
                       "(slowest flush), txn_commit (slowest transaction commit), commit (driver)",
@@ -108,6 +128,18 @@ SINK_LAST_BATCH = Gauge("eo_sink_last_committed_batch_id", "The sink's last comm
 SINK_LAST_COMMIT = Gauge("eo_sink_last_commit_timestamp_seconds",
                          "When the sink last committed a batch (Unix time)",
                          SINK, registry=REGISTRY)
+
+# -- the eo_kafka source's window commits (channel events) --------------------------------------
+SOURCE_COMMIT = Histogram("eo_source_window_commit_seconds",
+                          "Time of one window commit of an eo_kafka source: the WAL's commit "
+                          "marker, the consumer group's commit, the WAL's retention",
+                          ("wal_path",), buckets=DURATION_BUCKETS, registry=REGISTRY)
+SOURCE_COMMITS = Counter("eo_source_windows_committed_total",
+                         "Windows an eo_kafka source committed", ("wal_path",),
+                         registry=REGISTRY)
+SOURCE_WAL_FILES = Gauge("eo_source_wal_files",
+                         "Files in the source's window WAL (records and commit markers), as "
+                         "its last retention run listed them", ("wal_path",), registry=REGISTRY)
 
 # -- the metrics themselves ---------------------------------------------------------------------
 METRIC_ERRORS = Counter("eo_metrics_errors_total",
@@ -124,24 +156,94 @@ _SINK_COUNTS = {
     "scans": SINK_SCANS,
     "scan_records": SINK_SCAN_RECORDS,
     "scan_seconds": SINK_SCAN_SECONDS,
+    "failed_attempts": SINK_FAILED_ATTEMPTS,
+    "fenced": SINK_FENCED,
+    "transactions_aborted": SINK_TXN_ABORTED,
 }
+
+#: The newest storage totals of each spooling process (``channel.process_token``).
+_PEER_STORAGE: dict[str, dict[tuple[str, str, str], int]] = {}
+
+
+class StorageCollector:
+    """``eo_storage_*``: this process's storage counts (:mod:`connectors.core.storage.stats`)
+    plus the newest totals each spooling worker process sent, read at every scrape."""
+
+    def collect(self) -> list[Metric]:
+        totals: dict[tuple[str, str, str], int] = dict(stats.snapshot())
+        for peer in list(_PEER_STORAGE.values()):
+            for key, n in peer.items():
+                totals[key] = totals.get(key, 0) + n
+        families = {
+            stats.OPERATIONS: CounterMetricFamily(
+                "eo_storage_operations", "Storage operations run through the retry budget",
+                labels=("store", "op")),
+            stats.RETRIES: CounterMetricFamily(
+                "eo_storage_retries", "Retries of storage operations after a transient error",
+                labels=("store", "op")),
+            stats.CONFLICTS: CounterMetricFamily(
+                "eo_storage_create_conflicts",
+                "Conditional creates that found the name taken (the protocol's answer "
+                "'already there', not a failure)", labels=("store", "op")),
+        }
+        for (what, store, op), n in sorted(totals.items()):
+            if what in families:
+                families[what].add_metric((store, op), n)
+        requests = CounterMetricFamily(
+            "eo_storage_object_requests", "HTTP requests to object stores, per kind, of this "
+            "process (obstore retries within a request are not seen)", labels=("kind",))
+        for kind, n in sorted(request_counts().items()):
+            requests.add_metric((kind,), n)
+        return [*families.values(), requests]
+
+
+REGISTRY.register(StorageCollector())  # type: ignore[arg-type]
 
 
 def apply_event(event: Mapping[str, Any]) -> None:
     """One sink event (:func:`connectors.monitoring.channel.commit_event`) into the metrics."""
+    storage = event.get("storage")
+    if storage and event.get("process"):
+        _PEER_STORAGE[str(event["process"])] = {
+            (str(what), str(store), str(op)): int(n) for what, store, op, n in storage}
+    kind = event["kind"]
+    if kind == "storage":
+        return
+    if kind == "source":
+        apply_source(event)
+        return
     labels = (str(event["family"]), str(event["sink_id"]))
-    if event["kind"] == "replay":
+    if kind == "replay":
         SINK_REPLAYS.labels(*labels).inc()
         return
+    if kind == "abort":
+        SINK_BATCHES_ABORTED.labels(*labels).inc()
+        return
+    if kind == "count":
+        add_counts(labels, event)
+        return
     SINK_BATCHES.labels(*labels).inc()
-    for name, counter in _SINK_COUNTS.items():
-        value = event.get(name)
-        if value:
-            counter.labels(*labels).inc(float(value))
+    add_counts(labels, event)
     for step, seconds in (event.get("steps") or {}).items():
         SINK_STEP.labels(*labels, step).observe(float(seconds))
     SINK_LAST_BATCH.labels(*labels).set(int(event["batch_id"]))
     SINK_LAST_COMMIT.labels(*labels).set(float(event["ts"]))
+
+
+def add_counts(labels: tuple[str, str], event: Mapping[str, Any]) -> None:
+    for name, counter in _SINK_COUNTS.items():
+        value = event.get(name)
+        if value:
+            counter.labels(*labels).inc(float(value))
+
+
+def apply_source(event: Mapping[str, Any]) -> None:
+    """One window commit of an eo_kafka source (``channel.source_event``)."""
+    wal_path = str(event.get("wal_path") or "")
+    SOURCE_COMMITS.labels(wal_path).inc()
+    SOURCE_COMMIT.labels(wal_path).observe(float(event["commit_seconds"]))
+    if event.get("wal_files") is not None:
+        SOURCE_WAL_FILES.labels(wal_path).set(int(event["wal_files"]))
 
 
 def apply_progress(progress: Mapping[str, Any], now: float) -> None:

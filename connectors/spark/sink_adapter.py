@@ -35,6 +35,7 @@ from pyspark.sql.types import StructType
 
 from connectors.core.errors import ConnectorError, OptionError
 from connectors.core.sink import BatchSink, TaskInfo
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,11 @@ def _commit(sink: BatchSink, batch_id: int, staged: Sequence[Any]) -> None:
             "committed"
         )
     payloads = [m.payload for m in messages if m.payload is not None]
+    # Spark's attemptNumber of a winning attempt is how many attempts of its task failed or
+    # were superseded before it: counted as failures, never as output (docs/monitoring.md).
+    failed = sum(max(0, int(m.attempt)) for m in messages)
+    if failed:
+        channel.count_event(sink.family, _sink_id(sink), batch_id, failed_attempts=failed)
     started = time.perf_counter()
     sink.commit(batch_id, payloads)
     log.info(
@@ -100,6 +106,27 @@ def _commit(sink: BatchSink, batch_id: int, staged: Sequence[Any]) -> None:
         len(payloads),
         (time.perf_counter() - started) * 1000,
     )
+
+
+def _abort(sink: BatchSink, batch_id: int, payloads: Sequence[Any | None]) -> None:
+    """``sink.abort``, counted (``eo_sink_batches_aborted_total``)."""
+    log.warning("%s: aborting batch %d", sink.family, batch_id)
+    channel.abort_event(sink.family, _sink_id(sink), batch_id)
+    sink.abort(batch_id, payloads)
+
+
+def _sink_id(sink: BatchSink) -> str | None:
+    try:
+        value = sink.sink_id
+    except AttributeError:
+        return None
+    return None if value is None else str(value)
+
+
+def _staged(task: TaskInfo, payload: Any) -> StagedMessage:
+    """A task's message; its process's storage counts go to the serving driver meanwhile."""
+    channel.storage_totals()
+    return StagedMessage(task.writer_id, task.attempt, payload)
 
 
 def check_sink(sink: BatchSink, schema: pa.Schema, session: Any = None) -> None:
@@ -143,14 +170,13 @@ class SinkStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         task = _task_info(offset=self.offset)
-        return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
+        return _staged(task, self.sink.stage(task, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _commit(self.sink, batchId + self.offset, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        log.warning("%s: aborting batch %d", self.sink.family, batchId)
-        self.sink.abort(batchId + self.offset, _unwrap(messages))
+        _abort(self.sink, batchId + self.offset, _unwrap(messages))
 
 
 class SinkBatchWriter(DataSourceArrowWriter):
@@ -165,14 +191,13 @@ class SinkBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         task = _task_info(self.batch_id)
-        return StagedMessage(task.writer_id, task.attempt, self.sink.stage(task, iterator))
+        return _staged(task, self.sink.stage(task, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.sink, self.batch_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.warning("%s: aborting batch %d", self.sink.family, self.batch_id)
-        self.sink.abort(self.batch_id, _unwrap(messages))
+        _abort(self.sink, self.batch_id, _unwrap(messages))
 
 
 def batch_id_option(options: Any, family: str) -> int:
@@ -239,15 +264,14 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = _task_info(batch_id)
-        payload = run.stage(task, batches)
-        message = pickle.dumps(StagedMessage(task.writer_id, task.attempt, payload))
+        message = pickle.dumps(_staged(task, run.stage(task, batches)))
         yield pa.RecordBatch.from_arrays([pa.array([message], pa.binary())], schema=_MESSAGE_SCHEMA)
 
     # stage
     try:
         rows = df.mapInArrow(stage, "message binary").collect()
     except Exception:
-        run.abort(batch_id, [])
+        _abort(run, batch_id, [])
         raise
     messages = [pickle.loads(r["message"]) for r in rows]  # noqa: S301 - our own tasks' output
     staged = sorted(messages, key=lambda m: m.writer_id)
@@ -255,7 +279,7 @@ def write_dataframe(sink: BatchSink, df: Any, batch_id: int) -> None:
     try:
         _commit(run, batch_id, staged)
     except Exception:
-        run.abort(batch_id, [m.payload for m in staged])
+        _abort(run, batch_id, [m.payload for m in staged])
         raise
 
 

@@ -21,7 +21,8 @@ from connectors.core.errors import FailpointError, KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.demo.services.kafka import produce_records
 from connectors.kafka.sink import KafkaSink, partitioner, recovery
-from tests.helpers import assert_exact, read_topic, scan_topic
+from tests.helpers import assert_exact, read_topic, scan_topic, unavailable, wait_for
+from tests.services.prometheus import Prometheus, find_binary, free_port
 
 
 def _sink(bootstrap: str, tmp_path, topic: str | None, **kw) -> KafkaSink:
@@ -178,7 +179,24 @@ def test_transactional_retry_fences_the_zombie_and_hides_partial_output(
 ):
     """A task attempt stalls after flushing inside its open transaction (a zombie). The
     retry's init_transactions fences it; read_committed readers never saw its records, and
-    the output holds every row exactly once."""
+    the output holds every row exactly once. Prometheus, scraping the metrics this process
+    serves, reads one fenced attempt and the rows once (issue 44, item 5)."""
+    from connectors import monitoring
+
+    binary = find_binary()
+    if binary is None:
+        unavailable("Prometheus", "no `prometheus` binary (Debian package prometheus)")
+    assert binary is not None
+    server = monitoring.serve(None, port=free_port())
+    prometheus = Prometheus.start(binary, tmp_path / "prometheus", [f"127.0.0.1:{server.port}"])
+    try:
+        _fence_the_zombie(kafka_bootstrap, new_topic, tmp_path, prometheus)
+    finally:
+        prometheus.stop()
+        server.stop()
+
+
+def _fence_the_zombie(kafka_bootstrap, new_topic, tmp_path, prometheus: Prometheus) -> None:
     topic = new_topic(partitions=3)
     sink = _sink(kafka_bootstrap, tmp_path, topic, transactional=True)
     rows = pa.table({"key": [f"k{i % 13}".encode() for i in range(3000)],
@@ -218,9 +236,17 @@ def test_transactional_retry_fences_the_zombie_and_hides_partial_output(
     # INVALID_PRODUCER_EPOCH from the group coordinator, which checks the epoch itself.
     assert "fenced" in str(zombie_error[0]).lower(), zombie_error[0]
     assert retry.retry and retry.produced == 3000 and retry.skipped == 0
+    assert retry.fenced == 1
     sink.commit(0, [retry])
     out = read_topic(kafka_bootstrap, topic)  # read_committed
     assert_exact([m.value() for m in out], [f"v{i}".encode() for i in range(3000)])
+    labels = f'family="eo_kafka",sink_id="{sink.sink_id}"'
+    wait_for(lambda: prometheus.value(f"eo_sink_batches_committed_total{{{labels}}}") == 1,
+             timeout=30, what="Prometheus to scrape the committed batch")
+    assert prometheus.value(f"eo_sink_fenced_attempts_total{{{labels}}}") == 1
+    assert prometheus.value(f"eo_sink_retried_tasks_total{{{labels}}}") == 1
+    assert prometheus.value(f"eo_sink_rows_committed_total{{{labels}}}") == 3000
+    assert prometheus.value(f"eo_sink_records_produced_total{{{labels}}}") == 3000
 
 
 def test_task_failure_mid_produce_then_retry_skips_written_rows(

@@ -163,6 +163,21 @@ def test_spark_task_retry_after_half_the_rows_writes_no_duplicates(
     assert after_info["retried_tasks"] == 1 and after_info["skipped"] == rows // 2, after_info
     assert after_info["produced"] == rows // 2, after_info
     assert all(info["rows"] == rows for info in commits)
+    # The metrics endpoint (issue 44): each failed attempt counted as a failure, never as
+    # output. Spark's retry is attempt 1 of its task; the transactional retry of batch 2
+    # fenced the attempt that failed in its open transaction, which had aborted it itself
+    # (in an executor worker, spooled to the endpoint); batch 3's retry found the commit
+    # fact: nothing to fence.
+    metrics = next(json.loads(line.split(" ", 1)[1]) for line in result.output.splitlines()
+                   if line.startswith("METRICS "))
+    for sink_id, fenced, aborted in (("retry-plain", 0, 0), ("retry-txn", 1, 1),
+                                     ("retry-txn-after", 0, 0)):
+        got = metrics[sink_id]
+        assert got["eo_sink_rows_committed_total"] == rows, (sink_id, got)
+        assert got["eo_sink_failed_attempts_total"] == 1, (sink_id, got)
+        assert got["eo_sink_retried_tasks_total"] == 1, (sink_id, got)
+        assert got.get("eo_sink_fenced_attempts_total", 0) == fenced, (sink_id, got)
+        assert got.get("eo_sink_transactions_aborted_total", 0) == aborted, (sink_id, got)
     expected = [f"row-{i}".encode() for i in range(rows)]
     for topic in (plain, txn, after):
         out = read_topic(kafka_bootstrap, topic)

@@ -6,7 +6,9 @@ Prometheus' HTTP API are checked against the known input:
 - rows committed, summed over both driver runs (a counter starts again with its process),
   equal the rows produced, and equal what the table holds;
 - offsets behind latest is 40 while the first run is held at batch 2 (after batches 0-1 of
-  20 records each, of 100) and back to 0 after the drain.
+  20 records each, of 100) and back to 0 after the drain;
+- the source's window commits, its WAL's files and the storage creates of both (a Python
+  worker of the driver's JVM each, spooled to the endpoint) are there.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def test_prometheus_scrapes_the_committed_rows_and_the_lag_across_a_driver_kill(
             "--bootstrap", kafka_bootstrap, "--topic", topic, "--url", postgres_url,
             "--table", table, "--sink-id", sink_id,
             "--checkpoint", str(tmp_path / "checkpoint"), "--port", str(metrics_port),
-            "--hold", str(hold), "--per-batch", str(PER_BATCH)]
+            "--hold", str(hold), "--per-batch", str(PER_BATCH), "--wal", str(tmp_path / "wal")]
     rows = f'eo_sink_rows_committed_total{{family="eo_jdbc",sink_id="{sink_id}"}}'
     behind = "max(eo_source_offsets_behind_latest_max)"
     pause_dir = tmp_path / "pause"
@@ -120,6 +122,13 @@ def test_prometheus_scrapes_the_committed_rows_and_the_lag_across_a_driver_kill(
         assert prometheus.value(behind) == 0
         assert prometheus.value(f'eo_sink_last_committed_batch_id{{sink_id="{sink_id}"}}') == 4
         assert prometheus.value("sum(eo_query_input_rows_total)") == RECORDS - 2 * PER_BATCH
+        wal = f'{{wal_path="{tmp_path / "wal"}"}}'
+        assert (prometheus.value(f"eo_source_windows_committed_total{wal}") or 0) >= 1
+        assert (prometheus.value(f"eo_source_window_commit_seconds_count{wal}") or 0) >= 1
+        # a listing saw at least one window record and its marker
+        assert (prometheus.value(f"eo_source_wal_files{wal}") or 0) >= 2
+        creates = 'sum(eo_storage_operations_total{store="file",op="create"})'
+        assert (prometheus.value(creates) or 0) >= 2
         hold.write_text("read")
         second.wait(timeout=60)
     finally:

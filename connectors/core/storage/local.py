@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, TypeVar
 
 from connectors.core.errors import StorageError
+from connectors.core.storage import stats
 from connectors.core.storage.base import Storage, WriteOnlyStream, is_hidden, temp_name
 from connectors.core.storage.disk import NO_LINK, NoHardLinks, NotRetried, disk_error, is_retried
 from connectors.core.storage.options import StorageOptions
@@ -70,7 +71,8 @@ class LocalStorage(Storage):
             return None
 
         return self.budget.run(call, transient=is_retried, give_up=give_up,
-                               what=lambda: f"local disk: {op} {self.url(path)}")
+                               what=lambda: f"local disk: {op} {self.url(path)}",
+                               store="file", op=op)
 
     # -- writes -------------------------------------------------------------------------------
     def _write_temp(self, path: str, data: bytes) -> str:
@@ -89,7 +91,11 @@ class LocalStorage(Storage):
         return tmp
 
     def create(self, path: str, data: bytes) -> None:
-        self.retrying("create", path, lambda: self._create(path, data))
+        try:
+            self.retrying("create", path, lambda: self._create(path, data))
+        except FileExistsError:
+            stats.add(stats.CONFLICTS, "file", "create")
+            raise
 
     def _create(self, path: str, data: bytes) -> None:
         tmp = self._write_temp(path, data)

@@ -38,6 +38,7 @@ from datetime import timedelta
 from typing import IO, Any, TypeVar
 
 from connectors.core.errors import OptionError, StorageError
+from connectors.core.storage import stats
 from connectors.core.storage.base import CountingStream, Storage, is_hidden
 from connectors.core.storage.credentials import AwsFilesError, apply_aws_profile
 from connectors.core.storage.object_store_errors import (
@@ -219,13 +220,18 @@ class ObjectStoreStorage(ObjectStoreErrors, Storage):
 
         with self._errors(op, path, create=create, spent=spent):
             return self.budget.run(counted, transient=is_transient, give_up=give_up,
-                                   what=lambda: f"{self.kind}: {op} {self.url(path)}")
+                                   what=lambda: f"{self.kind}: {op} {self.url(path)}",
+                                   store=self.provider, op=op)
 
     def create(self, path: str, data: bytes) -> None:
         obstore = _obstore()
-        self._call("create", path, lambda: obstore.put(
-            self.store, self._key(path), data, mode="create", use_multipart=False),
-            create=True, kind="PUT")
+        try:
+            self._call("create", path, lambda: obstore.put(
+                self.store, self._key(path), data, mode="create", use_multipart=False),
+                create=True, kind="PUT")
+        except FileExistsError:
+            stats.add(stats.CONFLICTS, self.provider, "create")
+            raise
 
     def write_atomic(self, path: str, data: bytes) -> None:
         obstore = _obstore()

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from connectors.core.storage import stats
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -84,11 +86,14 @@ class RetryBudget:
     def run(self, call: Callable[[], T], *, transient: Callable[[Exception], bool],
             what: Callable[[], str],
             give_up: Callable[[Exception, Retried | None], BaseException | None] | None = None,
-            ) -> T:
+            store: str = "", op: str = "") -> T:
         """``call()``, run again while it raises an error ``transient`` accepts and the
         budget lasts. When it ends with an error, ``give_up(error, retried)`` may return the
         error to raise instead (``retried`` is None when the error was not transient);
-        None raises the call's own error unchanged. Each retry logs one WARNING."""
+        None raises the call's own error unchanged. Each retry logs one WARNING. With a
+        ``store``, the operation and each retry count in :mod:`.stats` as ``(store, op)``."""
+        if store:
+            stats.add(stats.OPERATIONS, store, op)
         first_failure: float | None = None
         backoff = self.backoff
         tries = 0
@@ -107,6 +112,8 @@ class RetryBudget:
                         pause = min(backoff, left)
                         log.warning("%s failed (try %d, transient: %s); trying again in %.1fs",
                                     what(), tries, _first_line(e), pause)
+                        if store:
+                            stats.add(stats.RETRIES, store, op)
                         time.sleep(pause)
                         backoff = min(backoff * 2, self.backoff_max)
                         continue

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, TypeVar
 
 from connectors.core.errors import StorageError
+from connectors.core.storage import stats
 from connectors.core.storage.base import CountingStream, Storage, is_hidden, temp_name
 from connectors.core.storage.options import StorageOptions
 from connectors.core.storage.retry import Retried, RetryBudget
@@ -114,7 +115,7 @@ class WebHdfsStorage(Storage):
             return _hdfs_error(op, where, e, retried)
 
         return self.budget.run(call, transient=is_transient, give_up=give_up,
-                               what=lambda: f"HDFS {op} {where}")
+                               what=lambda: f"HDFS {op} {where}", store="hdfs", op=op)
 
     # -- writes -------------------------------------------------------------------------------
     def _write_temp(self, path: str, data: bytes) -> str:
@@ -131,6 +132,9 @@ class WebHdfsStorage(Storage):
         tmp = self._write_temp(path, data)
         try:
             self._call("rename", path, lambda: self._rename_onto_absent(tmp, path))
+        except FileExistsError:
+            stats.add(stats.CONFLICTS, "hdfs", "create")
+            raise
         finally:
             with contextlib.suppress(Exception):
                 self.client.delete(tmp)

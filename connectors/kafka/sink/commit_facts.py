@@ -182,23 +182,26 @@ def read_fact(conf: Any, sink_id: str, writer: int, facts_topic: str, batch_id: 
 
 # -- expiry ---------------------------------------------------------------------------------
 def guard_expiry(state: SinkState, conf: Any, sink_id: str, batch_id: int, writer: int,
-                 policy: str, timeout: float) -> bool:
+                 policy: str, timeout: float) -> tuple[bool, bool]:
     """Before an attempt of (batch_id, writer) that found no commit fact opens a
     transaction: create the task's started marker, or, if an earlier attempt created it,
-    make sure its fact cannot have expired since. True: write the task's rows; False
-    (``expiredFactPolicy=skip``): treat the task as committed. Raises with ``fail``."""
+    make sure its fact cannot have expired since. Returns ``(write, earlier)``: ``write``
+    True to write the task's rows, False (``expiredFactPolicy=skip``) to treat the task as
+    committed; ``earlier`` True when an earlier attempt had created the marker (and, with no
+    fact, never committed: the fence aborted or found aborted its transaction). Raises
+    with ``fail``."""
     now_ms = int(time.time() * 1000)
     try:
         state.put_marker(batch_id, writer, json.dumps(
             {"started_ms": now_ms, "sink_id": sink_id}, separators=(",", ":")).encode())
-        return True  # no earlier attempt of (B, w) ever opened a transaction
+        return True, False  # no earlier attempt of (B, w) ever opened a transaction
     except FileExistsError:
         marker = state.get_marker(batch_id, writer) or {}
     started_ms = int(marker.get("started_ms", now_ms))
     age_s = max(0.0, (now_ms - started_ms) / 1000)
     retention_s, known = offsets_retention(conf, timeout)
     if age_s < retention_s - expiry_margin(retention_s):
-        return True  # any fact of that attempt is younger than the retention: it is there
+        return True, True  # any fact of that attempt is younger than the retention: none
     started = datetime.fromtimestamp(started_ms / 1000, tz=timezone.utc)
     setting = (f"the broker's offsets.retention.minutes ({retention_s / 60:g} min)" if known
                else f"{retention_s / 60:g} min (assumed: the broker's offsets.retention.minutes "
@@ -211,11 +214,11 @@ def guard_expiry(state: SinkState, conf: Any, sink_id: str, batch_id: int, write
     if policy == "rewrite":
         log.warning("%s; expiredFactPolicy=rewrite: writing the task's rows again (they may "
                     "now be in the topic twice)", what)
-        return True
+        return True, True
     if policy == "skip":
         log.warning("%s; expiredFactPolicy=skip: treating the task as committed (its rows are "
                     "not written)", what)
-        return False
+        return False, True
     raise KafkaSinkError(
         f"{what}. Nothing was written. Check with a read_committed consumer whether the "
         f"target topic holds batch {batch_id}'s rows of this writer, then restart once with "

@@ -324,6 +324,7 @@ class KafkaSink(BatchSink):
             FAMILY, self.sink_id, batch_id, rows=sum(r.rows for r in reports),
             produced=sum(r.produced for r in reports), skipped_rows=sum(r.skipped for r in reports),
             retried_tasks=sum(1 for r in reports if r.retry),
+            fenced=sum(r.fenced for r in reports),
             scans=sum(1 for r in reports if r.scan_records or r.scan_seconds),
             scan_records=sum(r.scan_records for r in reports),
             scan_seconds=sum(r.scan_seconds for r in reports), steps=steps)

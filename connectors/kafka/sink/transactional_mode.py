@@ -41,12 +41,12 @@ from connectors.kafka.sink.writer import (
     TaskReport,
     drain,
 )
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
 # Failpoint after this mode's commit (see the KafkaSink docstring).
 FP_AFTER_TXN_COMMIT = "kafka_sink.after_txn_commit"
-
 
 
 class TransactionalWriter(KafkaWriter):
@@ -317,6 +317,13 @@ class TransactionalWriter(KafkaWriter):
         except Exception as e:  # noqa: BLE001 - the retry's InitProducerId fences it
             log.warning("%s %s: aborting the transaction of a failed task: %s", FAMILY,
                         self.sink_id, e)
+            return
+        self.aborted()
+
+    def aborted(self) -> None:
+        """This failing attempt aborted its transaction: counted where it ran (its report
+        never reaches a commit; docs/monitoring.md)."""
+        channel.count_event(FAMILY, self.sink_id, self.task.batch_id, transactions_aborted=1)
 
     def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
         # 2T. (the whole-task path) Fence, then read the commit fact; 2E.
@@ -350,10 +357,17 @@ class TransactionalWriter(KafkaWriter):
         report.retry = self.task.attempt > 0 or fact is not None
         # 2E. No fact: create the task's started marker first, or, when an earlier attempt
         #     did, refuse if its fact may have expired (commit_facts.guard_expiry).
-        if fact is None and not commit_facts.guard_expiry(
+        if fact is None:
+            write, earlier = commit_facts.guard_expiry(
                 self.state, self.options.producer_conf, self.sink_id, b, self.task.writer_id,
-                self.options.expired_fact_policy, self.options.metadata_retry_timeout):
-            fact = commit_facts.CommitFact(b, 0)  # expiredFactPolicy=skip
+                self.options.expired_fact_policy, self.options.metadata_retry_timeout)
+            if earlier:
+                # That attempt began and never committed: fence() ended it (a zombie's open
+                # transaction aborted) or it had failed. Counted, never as output.
+                report.retry = True
+                report.fenced = 1
+            if not write:
+                fact = commit_facts.CommitFact(b, 0)  # expiredFactPolicy=skip
         if fact is not None:
             # An earlier attempt of (B, w) committed its transaction: its rows are there.
             report.already_committed = True
@@ -377,6 +391,7 @@ class TransactionalWriter(KafkaWriter):
             raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
         self.facts.send(slot.producer, self.options.facts_topic, fact, timeout)
         slot.producer.commit_transaction(timeout)
+        self.in_txn = False  # committed: a failure after this has no transaction to abort
         report.commit_seconds = time.perf_counter() - began
         failpoints.hit(FP_AFTER_TXN_COMMIT, self.task.batch_id)
 
@@ -391,6 +406,8 @@ class TransactionalWriter(KafkaWriter):
         except Exception as e:  # noqa: BLE001 - the retry's init_transactions fences it
             log.warning("%s %s: abort_transaction after a failed task: %s", FAMILY,
                         self.sink_id, e)
+            return
+        self.aborted()
 
     def release(self, slot: ProducerSlot) -> None:
         # A transactional producer serves one task attempt: release it now, not whenever

@@ -62,6 +62,7 @@ class TaskReport:
     produced: int = 0
     skipped: int = 0
     retry: bool = False
+    fenced: int = 0  # transactional: earlier attempts that began and never committed
     already_committed: bool = False
     scan_records: int = 0
     scan_seconds: float = 0.0

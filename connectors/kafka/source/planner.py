@@ -14,10 +14,12 @@ Offsets here are always ``{(cluster, topic, partition): next_offset}``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
 from connectors.core import failpoints
 from connectors.core.errors import KafkaSourceError
+from connectors.core.secrets import redact_url
 from connectors.kafka.source.clusters import Clusters
 from connectors.kafka.source.offsets import (
     EARLIEST,
@@ -40,6 +42,7 @@ from connectors.kafka.source.options import (  # noqa: F401 - KafkaSourceOptions
     StartSpec,
 )
 from connectors.kafka.source.window_log import Window, WindowLog
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +274,7 @@ class KafkaPlanner:
         3. purge old windows (the newest ``WAL_KEEP_WINDOWS`` stay for inspection; the
            retention rule of every log, ``WriteAheadLog.retain``).
         """
+        began = time.perf_counter()
         if window is None and self.wal is not None:
             window = self.wal.find(end)
         batch = -1 if window is None else window
@@ -284,6 +288,10 @@ class KafkaPlanner:
         # 3.
         if self.wal is not None and window is not None:
             self.wal.retain(window, WAL_KEEP_WINDOWS)
+        # Observation only (docs/monitoring.md): the commit's time and the WAL's size.
+        channel.source_event(
+            None if self.wal is None else redact_url(self.wal.url), window,
+            time.perf_counter() - began, None if self.wal is None else self.wal.wal.files)
         return window
 
     # -- batch windows ---------------------------------------------------------------------

@@ -9,7 +9,8 @@ Writes batch 1 with a plain sink (foreachBatch-style ``sink.write``), batch 2 th
 DataSource batch writer with ``transactional=true`` and batch 3 with a transactional
 ``sink.write`` (the test arms ``kafka_sink.after_txn_commit@3!raise`` there: a task that
 fails after its transaction committed); prints each batch's commit record as
-``COMMIT <json>``.
+``COMMIT <json>``, and at the end what its metrics endpoint (``connectors.monitoring.serve``)
+shows of each sink as ``METRICS <json>``: ``{sink_id: {metric: value}}``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import urllib.request
 
 from tests.integration.pipelines.common import pipeline_spark
 
@@ -32,7 +34,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     spark = pipeline_spark("kafka-sink-retry", "local[2,4]", "ERROR")
+    from connectors import monitoring
     from connectors.kafka.sink import KafkaSink
+
+    server = monitoring.serve(spark, port=0)
 
     df = spark.range(0, args.rows, numPartitions=2).selectExpr(
         "cast(id % 1000 as string) as key", "concat('row-', cast(id as string)) as value"
@@ -62,8 +67,24 @@ def main(argv: list[str]) -> int:
                       transactional=True)
     after.write(df, 3)
     print("COMMIT", json.dumps(after.commit_info(3)), flush=True)
+    print("METRICS", json.dumps(sink_metrics(server.url)), flush=True)
+    server.stop()
     spark.stop()
     return 0
+
+
+def sink_metrics(url: str) -> dict[str, dict[str, float]]:
+    """One scrape of the endpoint: every ``eo_sink_*`` counter sample, by sink_id."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - our own endpoint
+        text = r.read().decode()
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("eo_sink_") and sample.name.endswith("_total"):
+                out.setdefault(sample.labels["sink_id"], {})[sample.name] = sample.value
+    return out
 
 
 if __name__ == "__main__":

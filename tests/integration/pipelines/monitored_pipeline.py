@@ -29,6 +29,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--hold", required=True)
     p.add_argument("--per-batch", type=int, default=20)
+    p.add_argument("--wal", required=True)
     args = p.parse_args(argv)
 
     from connectors import monitoring
@@ -37,7 +38,8 @@ def main(argv: list[str]) -> int:
     spark = pipeline_spark("monitored", "local[2]", "WARN")
     server = monitoring.serve(spark, port=args.port)
     print(f"METRICS {server.url}", flush=True)
-    df = kafka_stream(spark, args.bootstrap, args.topic, args.per_batch).selectExpr(
+    df = kafka_stream(spark, args.bootstrap, args.topic, args.per_batch,
+                      walPath=args.wal).selectExpr(
         "partition", "offset", "cast(value as string) as value")
     query = (
         df.writeStream.format("eo_jdbc")
