@@ -35,7 +35,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from connectors.kafka import close_cached_clients
-from tests.helpers import REQUIRE, announce, spark_builder, unavailable
+from tests.helpers import (
+    REQUIRE,
+    announce,
+    jvm_options,
+    prepare_spark_jvms,
+    spark_builder,
+    unavailable,
+)
 
 if TYPE_CHECKING:
     from connectors.demo.services.kafka import LocalBroker
@@ -658,12 +665,14 @@ def s3_bucket(s3_service: S3Service) -> Iterator[str]:
 
 # -- Spark -----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     try:
+        prepare_spark_jvms()
         session = spark_builder().getOrCreate()
     except Exception as e:  # noqa: BLE001
         unavailable("Spark", f"cannot start a local SparkSession: {e}")
         return
+    announce(request, f"spark: local, JVM options {jvm_options()}")
     import connectors
 
     connectors.register(session)

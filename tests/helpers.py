@@ -78,13 +78,36 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60.0, interval: floa
 #: session's start, one shuffle and one Arrow UDF over 20,000 rows took 24-28 s of CPU with
 #: the defaults and 11.5-17 s with these. ``EO_TEST_JVM_OPTIONS`` replaces them (set it empty
 #: for the JDK's defaults). Not for the benchmarks, which measure long runs with the defaults.
-TEST_JVM_OPTIONS = os.environ.get("EO_TEST_JVM_OPTIONS",
-                                  "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+TEST_JVM_FLAGS = os.environ.get("EO_TEST_JVM_OPTIONS",
+                                "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
+def jvm_options() -> str:
+    """The options of a Spark JVM of this virtualenv's pyspark: :data:`TEST_JVM_FLAGS`, and
+    the class-data-sharing archive of Spark's classes once a test made it
+    (tests/services/spark_cds.py; not when ``EO_TEST_JVM_OPTIONS`` chose the flags)."""
+    if "EO_TEST_JVM_OPTIONS" in os.environ:
+        return TEST_JVM_FLAGS
+    from tests.services import spark_cds
+
+    path = spark_cds.archive_path()
+    if path is None or not path.exists():
+        return TEST_JVM_FLAGS
+    return f"{TEST_JVM_FLAGS} -XX:SharedArchiveFile={path}"
+
+
+def prepare_spark_jvms() -> None:
+    """Make the archive :func:`jvm_options` names, if it is missing (in a test's process,
+    before it starts Spark: never inside a pipeline that may be killed)."""
+    if "EO_TEST_JVM_OPTIONS" not in os.environ:
+        from tests.services import spark_cds
+
+        spark_cds.ensure(TEST_JVM_FLAGS)
 
 
 def spark_builder(app: str = "eo-tests", master: str = "local[2]", **conf: str) -> Any:
     """The one local SparkSession builder of the tests and their pipeline scripts: UI off,
-    2 shuffle partitions, Arrow on, 2 GiB driver, :data:`TEST_JVM_OPTIONS`; ``conf`` adds or
+    2 shuffle partitions, Arrow on, 2 GiB driver, :func:`jvm_options`; ``conf`` adds or
     overrides settings."""
     from pyspark.sql import SparkSession
 
@@ -96,7 +119,7 @@ def spark_builder(app: str = "eo-tests", master: str = "local[2]", **conf: str) 
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.stopTimeout": "30s",
-        "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+        "spark.driver.extraJavaOptions": jvm_options(),
         **conf,
     }
     for key, value in settings.items():
@@ -135,6 +158,7 @@ def run_pipeline(
     if failpoint:
         full_env["CONNECTORS_FAILPOINTS"] = failpoint
         full_env["CONNECTORS_FAILPOINTS_SCOPE"] = "group"
+    prepare_spark_jvms()
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, *argv],

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.demo.services.kafka import free_port
-from tests.helpers import TEST_JVM_OPTIONS, wait_for
+from tests.helpers import jvm_options, prepare_spark_jvms, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,7 @@ class StandaloneCluster:
 def cluster_conf(cluster: StandaloneCluster) -> dict[str, str]:
     """What an application on ``cluster`` sets: one 1-core executor per worker, the
     checkout on the executors' PYTHONPATH, no speculation (the Kafka sink's rule)."""
+    prepare_spark_jvms()
     env = service_env()
     return {
         "spark.master": cluster.url,
@@ -299,8 +300,8 @@ def cluster_conf(cluster: StandaloneCluster) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.stopTimeout": "30s",
-        "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
-        "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
+        "spark.driver.extraJavaOptions": jvm_options(),
+        "spark.executor.extraJavaOptions": jvm_options(),
     }
 
 

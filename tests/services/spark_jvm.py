@@ -267,11 +267,11 @@ def jvm_read_topic(jvm: JvmSpark, bootstrap: str, topic: str,
     def unb64(text: str | None) -> bytes | None:
         return None if text is None else base64.b64decode(text)
 
-    from tests.helpers import TEST_JVM_OPTIONS
+    from tests.helpers import TEST_JVM_FLAGS  # flags only: the archive is of our pyspark's jars
 
     result = run_job(jvm, {"action": "read", "bootstrap": bootstrap, "topic": topic,
                            "options": {"kafka.isolation.level": isolation},
-                           "java_options": TEST_JVM_OPTIONS})
+                           "java_options": TEST_JVM_FLAGS})
     rows = []
     for key, value, part, offset, headers in result["rows"]:
         hs = tuple((k, unb64(v)) for k, v in headers) if headers else None

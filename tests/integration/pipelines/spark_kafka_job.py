@@ -283,7 +283,7 @@ def main(argv: list[str]) -> int:
         .config("spark.driver.memory", spec.get("driver_memory", "1g"))
     )
     if spec.get("java_options"):
-        # the tests' JVM flags where a test passes them (tests/helpers.py TEST_JVM_OPTIONS);
+        # the tests' JVM flags where a test passes them (tests/helpers.py TEST_JVM_FLAGS);
         # the benchmarks and the fault test's yardstick run the JDK's defaults
         builder = builder.config("spark.driver.extraJavaOptions", spec["java_options"])
     spark = builder.getOrCreate()
