@@ -11,7 +11,9 @@ see. So a commit event goes:
   process: ``serve`` creates ``<spool root>/<JVM pid>/`` and each writing process appends to
   its own ``<pid>.jsonl`` there; the endpoint reads what is new on every scrape and progress
   event (:class:`Spool`). A process finds its JVM by walking its parents (Linux ``/proc``);
-  where there is no ``/proc``, or no ancestor serves metrics, the event is dropped.
+  where there is no ``/proc``, or no ancestor serves metrics, the event is dropped. A file
+  past :data:`ROTATE_BYTES` is renamed by its writer (``<pid>.jsonl.<ns>``, written no more)
+  and removed by the reader once read to its end, so a long-running query's spool stays small.
 
 Events are built from the COMMITTED messages only, so a retried or zombie task counts once.
 The exceptions are counted where they happen, in the process that saw them: a batch the
@@ -48,6 +50,10 @@ log = logging.getLogger(__name__)
 SPOOL_ROOT_ENV = "EO_METRICS_SPOOL"
 #: How many parents a worker walks looking for a serving driver (worker, daemon, JVM, ...).
 MAX_ANCESTORS = 8
+#: A spool file this large is closed for writing (renamed) and removed once read.
+ROTATE_BYTES = 1 << 20
+
+_write_lock = threading.Lock()
 
 _serving: Callable[[Mapping[str, Any]], None] | None = None
 _ancestors: list[int] | None = None
@@ -134,16 +140,25 @@ def emit(event: Mapping[str, Any]) -> None:
             event = {**event, "process": process_token(),
                      "storage": [[*key, n] for key, n in totals.items()]}
         line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
-        # One write of one line with O_APPEND: the reader never sees half of a line
-        # interleaved with another's (one file per process besides).
-        fd = os.open(directory / f"{os.getpid()}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                     0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        _append(directory / f"{os.getpid()}.jsonl", line)
     except Exception:  # noqa: BLE001 - metrics must never fail a batch
         log.warning("metrics: could not record %s event", event.get("kind"), exc_info=True)
+
+
+def _append(path: Path, line: bytes) -> None:
+    """One write of one line with O_APPEND: the reader never sees half of a line interleaved
+    with another's (one file per process besides). Past :data:`ROTATE_BYTES` the file is
+    renamed after the write, under the lock, so no line of this process lands in it later:
+    the reader may remove it once it has read it to the end."""
+    with _write_lock:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            full = os.fstat(fd).st_size >= ROTATE_BYTES
+        finally:
+            os.close(fd)
+        if full:
+            os.replace(path, path.with_name(f"{path.name}.{time.time_ns()}"))
 
 
 def _spool() -> Path | None:
@@ -186,7 +201,8 @@ class Spool:
     def __init__(self, directory: Path, apply: Callable[[Mapping[str, Any]], None]) -> None:
         self.directory = directory
         self.apply = apply
-        self._offsets: dict[str, int] = {}
+        #: How far each file is read, by inode: a writer's rename keeps it.
+        self._offsets: dict[int, int] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -195,36 +211,70 @@ class Spool:
         is removed first, so it is never counted."""
         directory = spool_root() / str(jvm_pid)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for stale in directory.glob("*.jsonl"):
+        for stale in directory.glob("*.jsonl*"):
             stale.unlink(missing_ok=True)
         return cls(directory, apply)
 
     def drain(self) -> int:
-        """Apply every complete line written since the last drain; returns how many."""
+        """Apply every complete line written since the last drain; returns how many. A
+        process's renamed files are read before its live one (oldest first) and removed
+        once read to their end."""
         applied = 0
         with self._lock:
-            for path in sorted(self.directory.glob("*.jsonl")):
-                start = self._offsets.get(path.name, 0)
+            for path in sorted(self.directory.glob("*.jsonl*"), key=_spool_order):
                 try:
                     with path.open("rb") as f:
+                        inode = os.fstat(f.fileno()).st_ino
+                        start = self._offsets.get(inode, 0)
                         f.seek(start)
                         data = f.read()
                 except OSError:
                     continue
                 end = data.rfind(b"\n") + 1  # a line still being written waits
-                self._offsets[path.name] = start + end
+                self._offsets[inode] = start + end
                 for line in data[:end].splitlines():
                     try:
                         self.apply(json.loads(line))
                         applied += 1
                     except Exception:  # noqa: BLE001 - one bad line must not stop the rest
                         log.warning("metrics: bad spool line in %s", path, exc_info=True)
+                if end == len(data) and _finished(path):
+                    path.unlink(missing_ok=True)
+                    self._offsets.pop(inode, None)
         return applied
 
     def remove(self) -> None:
-        for path in self.directory.glob("*.jsonl"):
+        for path in self.directory.glob("*.jsonl*"):
             path.unlink(missing_ok=True)
         try:
             self.directory.rmdir()
         except OSError:
             pass
+
+
+def _spool_order(path: Path) -> tuple[str, int, int]:
+    """A process's renamed files by the time of their rename, then its live file."""
+    pid, _, rest = path.name.partition(".jsonl")
+    return (pid, 1, 0) if not rest else (pid, 0, int(rest[1:]) if rest[1:].isdigit() else 0)
+
+
+def _finished(path: Path, quiet: float = 60.0) -> bool:
+    """Nothing more will be written to ``path``: renamed by its writer, or the live file of a
+    process that is gone (its workers come and go over a long run) and was not written for
+    ``quiet`` seconds (a new process given the same pid would have written since)."""
+    if not path.name.endswith(".jsonl"):
+        return True
+    pid = path.name[:-len(".jsonl")]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return False
+    except ProcessLookupError:
+        pass
+    except OSError:
+        return False  # alive, another user's
+    try:
+        return time.time() - path.stat().st_mtime > quiet
+    except OSError:
+        return False

@@ -23,22 +23,25 @@ class _DrainingRegistry:
     def __init__(self, spool: channel.Spool | None) -> None:
         self.spool = spool
 
-    def _drain(self) -> None:
-        if self.spool is None:
-            return
-        try:
-            self.spool.drain()
-        except Exception:  # noqa: BLE001 - serve what there is
-            metrics.METRIC_ERRORS.labels("spool").inc()
-            log.warning("metrics: could not read the spool", exc_info=True)
-
     def collect(self) -> Iterable[Metric]:
-        self._drain()
+        _drain(self.spool)
         return metrics.REGISTRY.collect()
 
     def restricted_registry(self, names: Iterable[str]) -> Any:
-        self._drain()
+        _drain(self.spool)
         return metrics.REGISTRY.restricted_registry(names)
+
+
+def _drain(spool: channel.Spool | None) -> None:
+    """Apply what the sinks' worker processes spooled; a failure is counted and logged, and
+    what there is gets served."""
+    if spool is None:
+        return
+    try:
+        spool.drain()
+    except Exception:  # noqa: BLE001 - serve what there is
+        metrics.METRIC_ERRORS.labels("spool").inc()
+        log.warning("metrics: could not read the spool", exc_info=True)
 
 
 @dataclass
@@ -59,8 +62,7 @@ class MetricsServer:
 
     def drain(self) -> None:
         """Apply what the sinks spooled (a scrape does this too)."""
-        if self._spool is not None:
-            self._spool.drain()
+        _drain(self._spool)
 
     def stop(self) -> None:
         channel.serving(None)
@@ -98,7 +100,7 @@ def serve(spark: Any = None, port: int = 0, host: str = "127.0.0.1") -> MetricsS
     if spark is not None:
         from connectors.monitoring.listener import MetricsListener
 
-        listener = MetricsListener(before=spool.drain if spool is not None else None)
+        listener = MetricsListener(before=lambda: _drain(spool))
         spark.streams.addListener(listener)
     log.info("metrics: serving http://%s:%d/metrics", host, bound)
     return MetricsServer(host, bound, httpd, thread, spark, listener, spool)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -136,6 +137,40 @@ def test_a_half_written_line_waits_for_its_end(tmp_path: Path) -> None:
         f.write(b'lay", "n": 2}\n')
     assert spool.drain() == 1
     assert [e["n"] for e in got] == [1, 2]
+
+
+def test_the_spool_stays_small_and_every_line_is_read_once(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running query's worker writes on: past ROTATE_BYTES its file is renamed and the
+    reader removes it once read, reading each line once across the renames."""
+    monkeypatch.setattr(channel, "ROTATE_BYTES", 200)
+    got: list[dict] = []
+    spool = channel.Spool(tmp_path, got.append)
+    live = tmp_path / f"{os.getpid()}.jsonl"
+    for n in range(40):
+        channel._append(live, (json.dumps({"kind": "replay", "n": n}) + "\n").encode())
+        if n % 7 == 3:
+            spool.drain()
+    spool.drain()
+    assert [e["n"] for e in got] == list(range(40))
+    assert [p.name for p in tmp_path.iterdir()] in ([], [live.name])  # no renamed file left
+    assert max((p.stat().st_size for p in tmp_path.iterdir()), default=0) < 200 + 40
+
+
+def test_the_file_of_a_process_that_is_gone_is_removed_once_read(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    path = tmp_path / f"{gone.stdout.strip()}.jsonl"
+    path.write_text('{"kind": "replay", "n": 1}\n')
+    mine = tmp_path / f"{os.getpid()}.jsonl"
+    mine.write_text('{"kind": "replay", "n": 2}\n')
+    got: list[dict] = []
+    spool = channel.Spool(tmp_path, got.append)
+    assert spool.drain() == 2 and path.exists()  # written just now: a new owner may write on
+    os.utime(path, (time.time() - 120, time.time() - 120))
+    os.utime(mine, (time.time() - 120, time.time() - 120))
+    assert spool.drain() == 0
+    assert not path.exists() and mine.exists()  # this process is alive: its file stays
 
 
 def test_a_scrape_applies_the_spool_first(tmp_path: Path) -> None:
