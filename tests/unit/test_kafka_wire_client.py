@@ -133,6 +133,32 @@ def test_an_answer_that_never_comes_times_out_after_the_socket_timeout():
     t.join(5)
 
 
+@pytest.mark.parametrize("peer_does", ["closes", "resets", "writes unasked", "stays"])
+def test_an_idle_connection_the_broker_closed_is_found_before_a_request_goes_into_it(peer_does):
+    """A broker closes idle connections (``connections.max.idle.ms``, a restart): the next
+    look-up must open a new one, not send into the dead one and spend a retry (and, under a
+    backoff longer than the idle limit, every retry) on it."""
+    done = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        if peer_does == "resets":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif peer_does == "writes unasked":
+            conn.sendall(b"\0")
+        if peer_does == "stays":
+            done.wait(5)
+
+    port, t = _peer(script)
+    c = Connection("127.0.0.1", port, _settings())
+    if peer_does != "stays":
+        t.join(5)
+    assert c.usable() is (peer_does == "stays")
+    assert c.broken is (peer_does != "stays")
+    done.set()
+    c.close()
+    t.join(5)
+
+
 def test_settings_wait_longer_than_the_broker_may_take_and_keep_librdkafkas_defaults():
     s = _settings()
     assert (s.request_timeout, s.socket_timeout, s.delivery_timeout) == (30.0, 60.0, 300.0)

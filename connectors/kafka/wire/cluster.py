@@ -156,7 +156,7 @@ class Cluster:
     def connect(self) -> Connection:
         """A connection for look-ups: the last one while it works, else the next bootstrap
         server or known broker that answers."""
-        if self.bootstrap is not None and not self.bootstrap.broken:
+        if self.bootstrap is not None and self.bootstrap.usable():
             return self.bootstrap
         candidates = list(self.settings.bootstrap) + sorted(set(self.brokers.values()))
         errors = []
@@ -204,7 +204,7 @@ class Cluster:
         """A working connection to ``node`` (a new one when the last broke, or when its SASL
         session is near its end and nothing waits on it)."""
         conn = self.connections.get(node)
-        if conn is not None and not conn.broken and not (conn.expiring() and not conn.pending):
+        if conn is not None and conn.usable() and not (conn.expiring() and not conn.pending):
             return conn
         if conn is not None:
             conn.close()
@@ -283,7 +283,8 @@ class Cluster:
         ``retry_timeout``). A lost connection counts as retriable (look-ups are safe to send
         again) and every coordinator is found again; ``poll``: error codes asked again at a
         short fixed interval instead of the doubling backoff."""
-        deadline = time.monotonic() + (self.retry_timeout if timeout is None else timeout)
+        budget = self.retry_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
         attempt = 0
         while True:
             try:
@@ -296,12 +297,14 @@ class Cluster:
                 if poll and e.code in poll:
                     pause = min(pause, poll[e.code])
                 attempt += 1
-                if e.code not in RETRIABLE or time.monotonic() + pause > deadline:
-                    if e.code in RETRIABLE:
-                        raise WireError(f"{self.who}: {what}: still {e.name} after "
-                                        f"{timeout or self.retry_timeout:.0f}s ({e})",
-                                        e.code) from None
+                left = deadline - time.monotonic()
+                if e.code not in RETRIABLE:
                     raise
+                if left <= 0:
+                    raise WireError(f"{self.who}: {what}: still {e.name} after "
+                                    f"{budget:.0f}s and {attempt} "
+                                    f"attempts ({e})", e.code) from None
+                pause = min(pause, left)  # the last attempt at the deadline, not before it
                 log.debug("%s: %s: %s; asking again in %.2fs", self.who, what, e, pause)
                 time.sleep(pause)
 

@@ -13,7 +13,9 @@ transactional path speaks the flexible versions of :data:`TV2_VERSIONS` instead
 
 from __future__ import annotations
 
+import select
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -226,6 +228,40 @@ class Connection:
                 raise WireError(f"{FAMILY}: {self.address}: {e}", 58) from None
             if lifetime_ms > 0:  # KIP-368: the broker closes the session at its end
                 self.renew_at = time.monotonic() + REAUTH_AT * lifetime_ms / 1000.0
+
+    def usable(self) -> bool:
+        """Not broken, and not closed by the broker while it sat idle (``connections.max.idle.ms``,
+        a restart, a load balancer's idle timeout). A broker never writes unasked, so an idle
+        connection with something to read has been closed (or broke the protocol): it is
+        closed here, before a request is sent into it and counted as lost. TLS housekeeping
+        (a session ticket) is read and the connection kept."""
+        if self.broken:
+            return False
+        if self.pending or self.answers:
+            return True
+        tls = isinstance(self.sock, ssl.SSLSocket)
+        try:
+            readable = bool(select.select([self.sock], [], [], 0)[0]) or (
+                isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+        except (OSError, ValueError):
+            readable = True
+        if not readable:
+            return True
+        try:
+            if tls:
+                self.sock.setblocking(False)
+                try:
+                    self.sock.recv(1)  # b"" (closed), a byte (out of protocol) or housekeeping
+                finally:
+                    self.sock.settimeout(self.settings.socket_timeout)
+            else:
+                self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return True
+        except OSError:
+            pass
+        self.close()
+        return False
 
     def expiring(self) -> bool:
         """The SASL session is near its end: open a new connection before the next burst."""
