@@ -11,6 +11,10 @@ from __future__ import annotations
 class ConnectorError(Exception):
     """Root of every error raised by this package."""
 
+    #: The service did not answer within its time (an outage, not a wrong setting): a check
+    #: that passed before may let the work go on and leave the outage to its retries.
+    unreachable: bool = False
+
 
 class OptionError(ConnectorError, ValueError):
     """A user option is missing, malformed or out of range.

@@ -231,8 +231,9 @@ def first_contact(client: Any, ask: Callable[[float], T], *, timeout: float,
                 continue
         raise error(diagnose(who, bootstrap, conf, cause, said)) from None
     detail: Any = last if watch is None or watch.last() is None else watch.last()
-    message = unreachable(who, bootstrap, timeout, scrub(str(detail), conf), where)
-    raise error(message) from None
+    failed = error(unreachable(who, bootstrap, timeout, scrub(str(detail), conf), where))
+    failed.unreachable = True
+    raise failed from None
 
 
 def diagnose(who: str, bootstrap: Any, conf: Mapping[str, Any], cause: str,

@@ -339,3 +339,48 @@ def test_the_cluster_check_runs_once_per_configuration_and_process_within_its_tt
     monkeypatch.setattr(sink_module, "SERVICE_CHECK_TTL_S", 0.0)
     sink("a").check_service()
     assert asked == ["a", "a", "b", "a"]
+
+
+def test_a_recheck_that_finds_the_cluster_down_lets_the_query_go_on(tmp_path, monkeypatch,
+                                                                    caplog) -> None:
+    """Past the TTL a configuration that answered before is checked again; an outage then
+    (the check's connectTimeout passed without an answer) is logged and the batch goes on:
+    its own requests wait within their retry budgets, as a node kill must not stop a query.
+    A wrong setting still fails, and so does an outage at the first check."""
+    from connectors.kafka.sink import sink as sink_module
+    from connectors.kafka.sink import targets
+
+    verdict: dict[str, KafkaSinkError | None] = {"now": None}
+
+    def reachable(options):
+        if verdict["now"] is not None:
+            raise verdict["now"]
+
+    def outage() -> KafkaSinkError:
+        e = KafkaSinkError("eo_kafka sink ttl: cannot reach Kafka at 127.0.0.1:9 within "
+                           "connectTimeout=30s")
+        e.unreachable = True
+        return e
+
+    monkeypatch.setattr(targets, "check_reachable", reachable)
+    monkeypatch.setattr(targets, "partition_counts", lambda options, topics: {})
+    monkeypatch.setattr(targets, "check_access", lambda options: None)
+    monkeypatch.setattr(sink_module, "_SERVICE_CHECKED", {})
+    monkeypatch.setattr(sink_module, "SERVICE_CHECK_TTL_S", 0.0)
+
+    def sink(topic: str = "a") -> KafkaSink:
+        return KafkaSink("ttl", str(tmp_path / "wal"), bootstrap_servers="127.0.0.1:9",
+                         topic=topic)
+
+    verdict["now"] = outage()
+    with pytest.raises(KafkaSinkError, match="cannot reach"):
+        sink().check_service()  # never answered in this process: the query stops, said why
+    verdict["now"] = None
+    sink().check_service()
+    verdict["now"] = outage()
+    with caplog.at_level("WARNING"):
+        sink().check_service()  # answered before: goes on
+    assert "goes on" in caplog.text
+    verdict["now"] = KafkaSinkError("eo_kafka sink ttl: SASL authentication failed")
+    with pytest.raises(KafkaSinkError, match="SASL"):
+        sink().check_service()

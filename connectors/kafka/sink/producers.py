@@ -233,18 +233,23 @@ def admin(conf: Mapping[str, str], auto_create: bool = False) -> Iterator[Any]:
     ``auto_create``: librdkafka's admin client is a producer handle, for which
     ``allow.auto.create.topics`` defaults to true."""
 
-    def make() -> Any:
-        from connectors.kafka.connect import watched_admin
-
-        admin_conf: dict[str, Any] = {k: v for k, v in conf.items() if k not in _PRODUCER_ONLY}
-        admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
-        # Often the first client of a short-lived process (the driver's planner worker).
-        admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
-        admin_conf["logger"] = LIBRDKAFKA_LOG
-        return watched_admin(admin_conf)  # its connection errors explain a first contact
-
-    with _ADMINS.lease((*_conf_key(conf), ("\0auto_create", str(auto_create))), make) as c:
+    with _ADMINS.lease((*_conf_key(conf), ("\0auto_create", str(auto_create))),
+                       lambda: new_admin(conf, auto_create)) as c:
         yield c
+
+
+def new_admin(conf: Mapping[str, str], auto_create: bool = False) -> Any:
+    """An admin client of its own for a producer configuration, not cached: a first contact
+    reads the connection errors of this client only (``error_cb``), not what a cached one
+    met a minute ago, and never inherits a cached client's state."""
+    from connectors.kafka.connect import watched_admin
+
+    admin_conf: dict[str, Any] = {k: v for k, v in conf.items() if k not in _PRODUCER_ONLY}
+    admin_conf["allow.auto.create.topics"] = "true" if auto_create else "false"
+    # Often the first client of a short-lived process (the driver's planner worker).
+    admin_conf.setdefault("reconnect.backoff.ms", SHORT_LIVED_RECONNECT_BACKOFF_MS)
+    admin_conf["logger"] = LIBRDKAFKA_LOG
+    return watched_admin(admin_conf)  # its connection errors explain a first contact
 
 
 def cached_producer(conf: Mapping[str, str]) -> Lease[ProducerSlot]:

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from connectors.core import failpoints
 from connectors.core.declared import checked_arguments, given
+from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.storage import require_directory, storage_for
@@ -247,7 +248,17 @@ class KafkaSink(BatchSink):
         if now - _SERVICE_CHECKED.get(key, now - SERVICE_CHECK_TTL_S) < SERVICE_CHECK_TTL_S:
             self._cluster_checked = True
             return
-        targets.check_reachable(o)
+        try:
+            targets.check_reachable(o)
+        except KafkaSinkError as e:
+            if not (e.unreachable and key in _SERVICE_CHECKED):
+                raise
+            # Checked before in this process: an outage now is no reason to stop the query;
+            # the batch's own requests wait it out within their retry budgets.
+            log.warning("%s; it answered this configuration's check before, so the batch "
+                        "goes on and its requests wait within their retry budgets", e)
+            self._cluster_checked = True
+            return
         if self.topic is not None:
             targets.partition_counts(o, [self.topic])
         if self.transactional:

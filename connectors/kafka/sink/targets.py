@@ -39,12 +39,12 @@ def check_reachable(options: KafkaSinkOptions, started: float | None = None) -> 
     misconfigured cluster fails in that time with one error naming the bootstrap servers
     and the likely cause. With a ``topic`` option it asks for that topic's metadata only,
     not the whole cluster's (which is large on a cluster with many topics)."""
-    with producers.admin(options.producer_conf) as admin:
-        first_contact(admin, lambda seconds: admin.list_topics(topic=options.topic,
-                                                               timeout=seconds),
-                      timeout=options.connect_timeout, who=f"{FAMILY} sink {options.sink_id}",
-                      bootstrap=options.producer_conf.get("bootstrap.servers"),
-                      conf=options.producer_conf, error=KafkaSinkError, started=started)
+    admin = producers.new_admin(options.producer_conf)
+    first_contact(admin, lambda seconds: admin.list_topics(topic=options.topic,
+                                                           timeout=seconds),
+                  timeout=options.connect_timeout, who=f"{FAMILY} sink {options.sink_id}",
+                  bootstrap=options.producer_conf.get("bootstrap.servers"),
+                  conf=options.producer_conf, error=KafkaSinkError, started=started)
 
 
 def check_access(options: KafkaSinkOptions) -> None:
