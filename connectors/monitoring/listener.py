@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.streaming.listener import (
+    JStreamingQueryListener,
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
@@ -49,8 +50,23 @@ class MetricsListener(StreamingQueryListener):
         self._guarded("query_started", started)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
-        self._guarded("query_progress", lambda: metrics.apply_progress(
-            json.loads(event.progress.json), time.time()))
+        self.progress_json(event.progress.json)
+
+    def progress_json(self, text: str) -> None:
+        self._guarded("query_progress", lambda: metrics.apply_progress(json.loads(text),
+                                                                         time.time()))
+
+    @property
+    def _jlistener(self) -> Any:
+        """What Spark's listener bus calls (classic pyspark): :class:`_ProgressAsJson`."""
+        found = self.__dict__.get("_jlistenerobj")
+        if found is None:
+            from pyspark import SparkContext
+
+            jvm: Any = SparkContext._jvm
+            found = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+            self.__dict__["_jlistenerobj"] = found
+        return found
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
@@ -59,3 +75,16 @@ class MetricsListener(StreamingQueryListener):
         query_id = str(event.id)
         self._guarded("query_terminated", lambda: metrics.query_ended(
             query_id, self.names.get(query_id, ""), event.exception is not None))
+
+
+class _ProgressAsJson(JStreamingQueryListener):
+    """pyspark's bridge from the JVM's listener bus, but a progress event is read as its JSON
+    (two Py4J calls) instead of pyspark's ``StreamingQueryProgress.fromJObject`` (a Py4J
+    call per field, source and sink: dozens per micro-batch, on the driver's cores the
+    query uses too); the JSON is all :func:`~connectors.monitoring.metrics.apply_progress`
+    reads."""
+
+    pylistener: MetricsListener
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.pylistener.progress_json(jevent.progress().json())
