@@ -168,8 +168,10 @@ def retrying(
             return error(message)
         if not transient:
             return error(f"{what} failed: {e}")
-        return error(f"{what} still failed after {attempts} attempts in {timeout:.0f}s "
-                     f"(metadataRetryTimeout): {e}")
+        failed = error(f"{what} still failed after {attempts} attempts in {timeout:.0f}s "
+                       f"(metadataRetryTimeout): {e}")
+        failed.unreachable = True
+        return failed
 
     def on_retry(e: Exception, attempt: int, pause: float) -> None:
         log.info("%s: transient error (attempt %d), asking again: %s", what, attempt, e)

@@ -384,3 +384,23 @@ def test_a_recheck_that_finds_the_cluster_down_lets_the_query_go_on(tmp_path, mo
     verdict["now"] = KafkaSinkError("eo_kafka sink ttl: SASL authentication failed")
     with pytest.raises(KafkaSinkError, match="SASL"):
         sink().check_service()
+    verdict["now"] = None
+
+    def metadata_outage(options, topics):
+        raise outage()
+
+    monkeypatch.setattr(targets, "partition_counts", metadata_outage)
+    sink().check_service()  # the later steps of a re-check too: metadataRetryTimeout passed
+
+
+def test_metadata_still_failing_after_its_retry_timeout_is_an_outage() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from connectors.kafka.common import retrying
+
+    def timed_out():
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    with pytest.raises(KafkaSinkError, match="still failed") as e:
+        retrying(timed_out, what="metadata of topic 't'", error=KafkaSinkError, timeout=0.2)
+    assert e.value.unreachable

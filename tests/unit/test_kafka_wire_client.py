@@ -138,9 +138,10 @@ def test_an_idle_connection_the_broker_closed_is_found_before_a_request_goes_int
     """A broker closes idle connections (``connections.max.idle.ms``, a restart): the next
     look-up must open a new one, not send into the dead one and spend a retry (and, under a
     backoff longer than the idle limit, every retry) on it."""
-    done = threading.Event()
+    connected, done = threading.Event(), threading.Event()
 
     def script(conn: socket.socket) -> None:
+        connected.wait(5)  # the client's connection is set up before the peer acts
         if peer_does == "resets":
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif peer_does == "writes unasked":
@@ -150,6 +151,7 @@ def test_an_idle_connection_the_broker_closed_is_found_before_a_request_goes_int
 
     port, t = _peer(script)
     c = Connection("127.0.0.1", port, _settings())
+    connected.set()
     if peer_does != "stays":
         t.join(5)
     assert c.usable() is (peer_does == "stays")

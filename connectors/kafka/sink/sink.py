@@ -250,6 +250,11 @@ class KafkaSink(BatchSink):
             return
         try:
             targets.check_reachable(o)
+            if self.topic is not None:
+                targets.partition_counts(o, [self.topic])
+            if self.transactional:
+                targets.ensure_facts_topic(o)
+            targets.check_access(o)
         except KafkaSinkError as e:
             if not (e.unreachable and key in _SERVICE_CHECKED):
                 raise
@@ -259,11 +264,6 @@ class KafkaSink(BatchSink):
                         "goes on and its requests wait within their retry budgets", e)
             self._cluster_checked = True
             return
-        if self.topic is not None:
-            targets.partition_counts(o, [self.topic])
-        if self.transactional:
-            targets.ensure_facts_topic(o)
-        targets.check_access(o)
         self._cluster_checked = True
         _SERVICE_CHECKED[key] = now
 

@@ -96,10 +96,12 @@ def ensure_facts_topic(options: KafkaSinkOptions) -> None:
         if denied is not None:
             raise KafkaSinkError(f"{denied}; or create the topic with one partition "
                                  "yourself") from None
-        raise KafkaSinkError(
+        failed = KafkaSinkError(
             f"{e}; the transactional mode keeps its commit facts as offsets on topic "
             f"{topic!r} (factsTopic): create it with one partition, or let the sink create it "
-            "(CREATE on that topic), docs/security.md") from None
+            "(CREATE on that topic), docs/security.md")
+        failed.unreachable = e.unreachable
+        raise failed from None
 
 
 def partition_counts(options: KafkaSinkOptions, topics: list[str]) -> dict[str, int]:
