@@ -92,8 +92,15 @@ def previous_release() -> str:
     """The commit ``PREVIOUS_RELEASE`` names; fails the test when the clone lacks it."""
     lines = [line.strip() for line in BASELINE_FILE.read_text().splitlines()]
     sha = next(line for line in lines if line and not line.startswith("#"))
-    found = subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{sha}^{{commit}}"],
-                           capture_output=True, text=True, check=False)
+    def present() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{sha}^{{commit}}"],
+                              capture_output=True, text=True, check=False)
+
+    found = present()
+    if found.returncode != 0:  # a shallow clone: its origin may serve the commit
+        subprocess.run(["git", "-C", REPO, "fetch", "--quiet", "--depth=1", "origin", sha],
+                       capture_output=True, text=True, check=False, timeout=120)
+        found = present()
     if found.returncode != 0:
         pytest.fail(
             f"the previous release's commit {sha} (tests/upgrade/PREVIOUS_RELEASE) is not in "
