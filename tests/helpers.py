@@ -661,3 +661,18 @@ def assert_topic_exact(bootstrap: str, topic: str, tags: dict[str, int]) -> None
     assert (doubled, missing, stray) == (0, 0, 0), (
         f"{topic}: {len(messages)} records for {len(expected)} values: {doubled} doubled, "
         f"{missing} missing, {stray} unexpected")
+
+
+def jdbc_counts(dsn: str, table: str) -> dict[str, int]:
+    """``key -> n`` of an accumulating JDBC sink's table, read with psycopg ({} while the
+    sink has not made it yet)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn) as conn:
+        try:
+            rows = conn.execute(sql.SQL("select key, n from {}").format(
+                sql.Identifier(table))).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return {}
+    return {k: int(n) for k, n in rows}

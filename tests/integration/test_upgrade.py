@@ -64,7 +64,14 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.helpers import REPO, jvm_options, prepare_spark_jvms, scan_topic, wait_for
+from tests.helpers import (
+    REPO,
+    jdbc_counts,
+    jvm_options,
+    prepare_spark_jvms,
+    scan_topic,
+    wait_for,
+)
 
 BASELINE_FILE = Path(REPO) / "tests" / "upgrade" / "PREVIOUS_RELEASE"
 APP = str(Path(REPO) / "tests" / "upgrade" / "app.py")
@@ -215,18 +222,6 @@ def committed_batches(work: Path, query: str) -> list[int]:
     d = work / query / "checkpoint" / "commits"
     return sorted(int(n) for n in os.listdir(d) if n.isdigit()) if d.exists() else []
 
-
-def jdbc_counts(dsn: str, table: str) -> dict[str, int]:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn) as conn:
-        try:
-            rows = conn.execute(sql.SQL("select key, n from {}").format(
-                sql.Identifier(table))).fetchall()
-        except psycopg.errors.UndefinedTable:
-            return {}
-    return {k: int(n) for k, n in rows}
 
 
 def jdbc_commit_row(dsn: str, sink_id: str) -> int | None:

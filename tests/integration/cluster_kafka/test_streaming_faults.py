@@ -40,7 +40,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.helpers import REPO, announce, scan_topic
+from tests.helpers import REPO, announce, jdbc_counts, scan_topic
 
 APP = "tests/integration/cluster_kafka/pipelines/fault_app.py"
 KILLS = 10
@@ -100,18 +100,6 @@ def _distinct(bootstrap: str, topic: str) -> int:
     messages, _ = scan_topic(bootstrap, topic, isolation="read_committed", timeout=60)
     return len({m.value() for m in messages})
 
-
-def _jdbc_counts(dsn: str, table: str) -> dict[str, int]:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn) as conn:
-        try:
-            rows = conn.execute(sql.SQL("select key, n from {}").format(
-                sql.Identifier(table))).fetchall()
-        except psycopg.errors.UndefinedTable:
-            return {}
-    return {k: int(n) for k, n in rows}
 
 
 def _files_values(path: Path) -> list[bytes]:
@@ -268,7 +256,7 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
             alive()
             done = {"rk": _distinct(cluster.bootstrap, rk),
                     "txn": _distinct(cluster.bootstrap, txn),
-                    "jdbc": sum(_jdbc_counts(postgres_dsn, table).values()),
+                    "jdbc": sum(jdbc_counts(postgres_dsn, table).values()),
                     "files": len(_files_values(files))}
             if min(done.values()) >= total:
                 break
@@ -313,6 +301,6 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
         assert got == truth, (f"{topic}: {sum(c - 1 for c in got.values() if c > 1)} doubled, "
                               f"{len(set(truth) - set(got))} missing, "
                               f"{len(set(got) - set(truth))} unexpected")
-    assert _jdbc_counts(postgres_dsn, table) == dict(keys)
+    assert jdbc_counts(postgres_dsn, table) == dict(keys)
     assert Counter(_files_values(files)) == truth
 
