@@ -1,29 +1,45 @@
-"""Run every benchmark, then write BENCHMARKS.md and a bar chart of the ratios.
+"""Run the benchmarks, keep each one's latest figures, and write BENCHMARKS.md from them.
 
     python bench/run_all.py                 # full sizes (the issues' figures)
     python bench/run_all.py --quick         # small --rows for a smoke run
     python bench/run_all.py --only jdbc     # one benchmark
+    python bench/run_all.py --only avro --from-log avro=avro.log   # a run made by hand
 
 Each benchmark prints a final ``RESULT {json}`` line (bench/README.md, "The RESULT line");
 this script parses those lines only, so a benchmark's own logs never confuse the report.
+A benchmark that ran (or whose log was merged) gets its file in bench/results/ replaced;
+BENCHMARKS.md and its chart are then rendered whole from all those files (bench/_report.py),
+and the run is added on top of bench/HISTORY.md. A benchmark that failed keeps its figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
 from typing import Any
 
+from _report import (
+    Outcome,
+    Record,
+    add_history_entry,
+    bars,
+    chart,
+    history_entry,
+    load_records,
+    render,
+    save_record,
+)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+HISTORY = os.path.join(HERE, "HISTORY.md")
 
 # name -> (script and its arguments, full rows, quick rows, [(ratio key, target or None)])
 BENCHES: dict[str, tuple[str, int, int, list[tuple[str, float | None]]]] = {
@@ -84,17 +100,14 @@ CROSS: list[tuple[str, tuple[str, str], tuple[str, str], float]] = [
     ("peak Python worker RSS, 1,000 partitions / 4 partitions",
      ("source_p1000", "peak_worker_rss_mb"), ("source", "peak_worker_rss_mb"), 1.5),
 ]
+TARGETS = {name: spec[3] for name, spec in BENCHES.items()}
 
 
-def rate_keys(result: dict[str, Any], ratio_key: str) -> tuple[str | None, str]:
-    """``(ours, baseline)`` rows/s keys of a ratio key: ``ratio_raw_copy`` -> (the first
-    ``*_rows_per_s`` key, ``raw_copy_rows_per_s``); ``txn_ratio_raw_producer`` ->
-    (``txn_rows_per_s``, ``raw_producer_rows_per_s``)."""
-    mode, _, base = ratio_key.partition("ratio_")
-    if mode:
-        return f"{mode}rows_per_s", f"{base}_rows_per_s"
-    ours = next((k for k in result if k.endswith("_rows_per_s")), None)
-    return ours, f"{base}_rows_per_s"
+def command(name: str, rows: int) -> str:
+    """The command that measures benchmark ``name`` at ``rows``, as a reader types it at the
+    repository's root."""
+    script, *extra = BENCHES[name][0].split()
+    return " ".join(["python", f"bench/{script}", *extra, "--rows", str(rows)])
 
 
 def parse_result(output: str) -> dict[str, Any] | None:
@@ -114,15 +127,13 @@ def run_one(name: str, rows: int, timeout: float) -> dict[str, Any]:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return {"bench": name, "suite_key": name, "error": f"timed out after {timeout}s"}
+        return {"bench": name, "error": f"timed out after {timeout}s"}
     result = parse_result(proc.stdout)
     if proc.returncode != 0 or result is None:
         tail = (proc.stdout + proc.stderr)[-2000:]
         print(f"   {name} failed (exit {proc.returncode}):\n{tail}", flush=True)
-        return {"bench": name, "suite_key": name, "tail": tail,
-                "error": f"exit {proc.returncode}, no RESULT line"}
+        return {"bench": name, "error": f"exit {proc.returncode}, no RESULT line"}
     result["wall_s"] = round(time.monotonic() - started, 1)
-    result["suite_key"] = name
     print("   " + json.dumps(result), flush=True)
     return result
 
@@ -139,185 +150,89 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def write_report(results: list[dict[str, Any]], path_md: str, path_png: str, quick: bool) -> None:
-    rows = []
-    bars: list[tuple[str, float, float]] = []
-    for r in results:
-        name = r.get("bench", "?")
-        name = r.get("suite_key", name)
-        targets = BENCHES.get(name, ("", 0, 0, []))[3]
-        if "error" in r:
-            rows.append(f"| {name} | - | - | error: {r['error']} | - | - |")
-            continue
-        for key, target in targets:
-            ratio = r.get(key)
-            ours_key, base_key = rate_keys(r, key)
-            ours = r.get(ours_key) if ours_key else None
-            base = r.get(base_key)
-            label = key.replace("ratio_", "")
-            if target is None:  # reported, no target set
-                rows.append(f"| {name} | {r.get('rows')} | {_fmt(ours)} | {label}: "
-                            f"{_fmt(base)} | {_fmt(ratio, 2)} | - |")
-                continue
-            ok = "yes" if isinstance(ratio, (int, float)) and ratio >= target else "no"
-            rows.append(f"| {name} | {r.get('rows')} | {_fmt(ours)} | {label}: {_fmt(base)} "
-                        f"| {_fmt(ratio, 2)} (target >= {target}) | {ok} |")
-            if isinstance(ratio, (int, float)):
-                bars.append((f"{name}\n{key.replace('ratio_', '')}", float(ratio), target))
-    by_key = {r.get("suite_key"): r for r in results if "error" not in r}
-    for label, (a, ka), (b, kb), most in CROSS:
-        x, y = by_key.get(a, {}).get(ka), by_key.get(b, {}).get(kb)
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y:
-            ok = "yes" if x / y <= most else "no"
-            rows.append(f"| {label} | - | {_fmt(x, 1)} | {_fmt(y, 1)} | {_fmt(x / y, 2)} "
-                        f"(target <= {most}) | {ok} |")
-    extras = []
-    for r in results:
-        keep = {k: v for k, v in r.items() if not k.endswith("_rows_per_s")
-                and "ratio_" not in k
-                and k not in ("bench", "rows", "tail", "suite_key", "table_md")}
-        if keep:
-            figures = ", ".join(f"{k}={v}" for k, v in keep.items())
-            extras.append(f"- **{r.get('suite_key', r.get('bench'))}**: {figures}")
-    # Benchmarks that are not rows/s (latency: lower is better) bring their own table.
-    tables = [f"### {r['suite_key']}\n\n{r['table_md']}\n" for r in results
-              if r.get("table_md")]
-    today = dt.date.today().isoformat()
-    md = [
-        "# Benchmarks",
-        "",
-        f"Generated by `python bench/run_all.py{' --quick' if quick else ''}` on {today}.",
-        f"Machine: {machine()}.",
-        "",
-        "Each ratio compares our connector with a baseline measured in the same run on the "
-        "same machine (bench/README.md). Absolute rows/s vary between machines; ratios "
-        "are the figures to compare.",
-        "",
-        "| benchmark | rows | ours rows/s | baseline rows/s | ratio | meets target |",
-        "|---|---|---|---|---|---|",
-        *rows,
-        "",
-        *tables,
-        "Other figures:",
-        "",
-        *extras,
-        "",
-        f"![ratios]({os.path.relpath(path_png, os.path.dirname(os.path.abspath(path_md)))})",
-        "",
-    ]
-    with open(path_md, "w") as f:
-        f.write("\n".join(md))
-    if bars:
-        chart(bars, path_png)
+def read_log(path: str) -> tuple[dict[str, Any], str]:
+    """The RESULT line of a benchmark's output saved in ``path``, and the day it was
+    measured (the day the log was last written)."""
+    with open(path) as f:
+        result = parse_result(f.read())
+    if result is None:
+        raise SystemExit(f"{path}: no RESULT line (bench/README.md, \"The RESULT line\")")
+    return result, dt.date.fromtimestamp(os.path.getmtime(path)).isoformat()
 
 
-def _parts(md: str) -> tuple[list[str], dict[str, list[str]], dict[str, str], dict[str, str]]:
-    """A report's pieces: the lines before the ratio table's rows, its rows by benchmark
-    (in order), each benchmark's own table section, and each one's "Other figures" line."""
-    lines = md.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|---")) + 1
-    rows: dict[str, list[str]] = {}
-    i = start
-    while i < len(lines) and lines[i].startswith("|"):
-        rows.setdefault(lines[i].split("|")[1].strip(), []).append(lines[i])
-        i += 1
-    tables = {m.group(1): m.group(0) for m in re.finditer(
-        r"^### (\S+)\n\n(?:\|.*\n)+", md, re.M)}
-    extras = {m.group(1): m.group(0) for m in re.finditer(r"^- \*\*(\S+)\*\*: .*$", md, re.M)}
-    return lines[:start], rows, tables, extras
+def measure(name: str, args: argparse.Namespace, logs: dict[str, str]) -> Outcome:
+    """Run benchmark ``name``, or take its figures from its log in ``logs``."""
+    rows = BENCHES[name][2] if args.quick else BENCHES[name][1]
+    if name in logs:
+        result, day = read_log(logs[name])
+        how = f"merged from its log {os.path.basename(logs[name])}"
+    else:
+        result, day, how = run_one(name, rows, args.timeout), dt.date.today().isoformat(), "ran"
+        if "error" in result:
+            return Outcome(name, None, f"failed ({result['error']}); its figures are older")
+    # latency and object_store report rows=0: their --rows sets a window or a batch count
+    if isinstance(result.get("rows"), int) and result["rows"] > 0:
+        rows = result["rows"]
+    return Outcome(name, Record(name, command(name, rows), day, machine(), result), how)
 
 
-def merge_report(old_md: str, new_md: str, names: list[str], today: str) -> str:
-    """``old_md`` with the benchmarks in ``names`` replaced by ``new_md``'s (``--only``
-    re-runs some benchmarks and keeps the others' figures, saying which ran when)."""
-    head, rows, tables, extras = _parts(old_md)
-    _, new_rows, new_tables, new_extras = _parts(new_md)
-    for name in names:
-        rows[name] = new_rows.get(name, [])
-        for mine, theirs in ((tables, new_tables), (extras, new_extras)):
-            if name in theirs:
-                mine[name] = theirs[name]
-            else:
-                mine.pop(name, None)
-    note = f"Re-run on {today} with `--only`: {', '.join(names)}; the other figures are older."
-    head = [line for line in head if not line.startswith("Re-run on ")]
-    after = next((i for i, line in enumerate(head) if line.startswith("Machine:")), 0)
-    head[after + 1:after + 1] = ["", note]
-    md = [*head, *(r for rs in rows.values() for r in rs), "", *tables.values(),
-          "Other figures:", "", *extras.values(), ""]
-    chart_line = next((line for line in old_md.splitlines() if line.startswith("![ratios]")),
-                      None)
-    if chart_line:
-        md += [chart_line, ""]
-    return "\n".join(md)
+def write_benchmarks(store: str, out: str, chart_path: str) -> None:
+    """BENCHMARKS.md and its chart, whole, from every benchmark's file in ``store``."""
+    records = load_records(store)
+    rel = os.path.relpath(chart_path, os.path.dirname(os.path.abspath(out)))
+    with open(out, "w") as f:
+        f.write(render(records, TARGETS, CROSS, rel))
+    if found := bars(records, TARGETS):
+        os.makedirs(os.path.dirname(os.path.abspath(chart_path)), exist_ok=True)
+        chart(found, chart_path)
 
 
-def chart(bars: list[tuple[str, float, float]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(1.8 * len(bars) + 2, 4))
-    names = [b[0] for b in bars]
-    values = [b[1] for b in bars]
-    colors = ["#2a9d8f" if b[1] >= b[2] else "#e76f51" for b in bars]
-    ax.bar(names, values, color=colors)
-    for i, (_, value, target) in enumerate(bars):
-        ax.hlines(target, i - 0.4, i + 0.4, colors="black", linestyles="dashed")
-        ax.text(i, value, f"{value:.2f}", ha="center", va="bottom")
-    ax.set_ylabel("ratio vs baseline (higher is better)")
-    ax.set_title("exactly-once connectors vs baselines (dashed: target)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def invocation(args: argparse.Namespace, logs: dict[str, str]) -> str:
+    """The run's command for the history (a log by its file name: a path is the machine's)."""
+    words = ["python bench/run_all.py", *(["--quick"] if args.quick else []),
+             *(f"--only {name}" for name in args.only or []),
+             *(f"--from-log {name}={os.path.basename(p)}" for name, p in logs.items())]
+    return " ".join(words)
 
 
-def _fmt(v: Any, digits: int = 0) -> str:
-    if isinstance(v, (int, float)):
-        return f"{v:,.{digits}f}"
-    return "-"
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small --rows for a smoke run")
     p.add_argument("--only", action="append", choices=sorted(BENCHES), help="run only these")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per benchmark")
+    p.add_argument("--from-log", action="append", default=[], metavar="NAME=FILE",
+                   help="take benchmark NAME's RESULT line from FILE (the output of its "
+                   "command run by hand, e.g. under flock) instead of running it")
+    p.add_argument("--results", default=RESULTS, help="the figures' store, a JSON per benchmark")
     p.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
     p.add_argument("--chart", default=os.path.join(ROOT, "docs", "benchmarks.png"))
-    p.add_argument("--from-log", action="append", default=[], metavar="NAME=FILE",
-                   help="take benchmark NAME's RESULT line from FILE (the output of the same "
-                   "command run by hand, e.g. under flock) instead of running it")
-    args = p.parse_args()
-    logged = dict(item.split("=", 1) for item in args.from_log)
-    results = []
-    for name in args.only or list(BENCHES):
-        rows = BENCHES[name][2] if args.quick else BENCHES[name][1]
-        if name in logged:
-            with open(logged[name]) as f:
-                result = parse_result(f.read())
-            if result is None:
-                raise SystemExit(f"{logged[name]}: no RESULT line")
-            results.append({**result, "suite_key": name})
-            continue
-        results.append(run_one(name, rows, args.timeout))
-    os.makedirs(os.path.dirname(args.chart), exist_ok=True)
-    if args.only and os.path.exists(args.out):
-        # Keep the other benchmarks' figures: merge the new ones into the report.
-        with open(args.out) as f:
-            old_md = f.read()
-        write_report(results, args.out, args.chart + ".new.png", args.quick)
-        with open(args.out) as f:
-            new_md = f.read()
-        with open(args.out, "w") as f:
-            f.write(merge_report(old_md, new_md, args.only, dt.date.today().isoformat()))
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(args.chart + ".new.png")
-    else:
-        write_report(results, args.out, args.chart, args.quick)
-    print(f"wrote {args.out} and {args.chart}")
-    return 0 if all("error" not in r for r in results) else 1
+    p.add_argument("--history", default=HISTORY, help="the run log, newest first")
+    return p
+
+
+def logs_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """``--from-log`` as {benchmark: log file}, each a benchmark this run measures."""
+    logs = {name: path for name, _, path in (item.partition("=") for item in args.from_log)}
+    for name, path in logs.items():
+        if name not in (args.only or BENCHES) or not path:
+            p.error(f"--from-log {name}={path}: give NAME=FILE with NAME a benchmark of this "
+                    f"run: {', '.join(args.only or sorted(BENCHES))}")
+    return logs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    logs = logs_of(p, args)
+    outcomes = [measure(name, args, logs) for name in args.only or list(BENCHES)]
+    for outcome in outcomes:
+        if outcome.record is not None:
+            save_record(args.results, outcome.record)
+    write_benchmarks(args.results, args.out, args.chart)
+    add_history_entry(args.history, history_entry(
+        dt.date.today().isoformat(), invocation(args, logs), machine(), outcomes, TARGETS))
+    print(f"wrote {args.out}, {args.chart} and {args.history}; figures in {args.results}")
+    return 0 if all(o.record is not None for o in outcomes) else 1
 
 
 if __name__ == "__main__":
