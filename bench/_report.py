@@ -93,7 +93,10 @@ def rate_keys(result: Mapping[str, Any], ratio_key: str) -> tuple[str | None, st
     (``txn_rows_per_s``, ``raw_producer_rows_per_s``)."""
     mode, _, base = ratio_key.partition("ratio_")
     if mode:
-        return f"{mode}rows_per_s", f"{base}_rows_per_s"
+        ours = f"{mode}rows_per_s"  # floor_ -> python_writer_floor_rows_per_s: a suffix
+        found = ours if ours in result else next(
+            (k for k in result if k.endswith(f"_{ours}")), ours)
+        return found, f"{base}_rows_per_s"
     ours = next((k for k in result if k.endswith("_rows_per_s")), None)
     return ours, f"{base}_rows_per_s"
 
