@@ -286,3 +286,24 @@ def test_clamp_and_bytes() -> None:
     assert records_for_bytes(10_000, 100.0) == 100
     assert records_for_bytes(10, 1000.0) == 1
     assert records_for_bytes(10_000, 0.0) == 10_000
+
+
+@pytest.mark.parametrize("code", ["_UNKNOWN_PARTITION", "_TIMED_OUT", "_AUTHENTICATION"])
+def test_a_stalled_read_reads_on_while_the_watermarks_are_not_known(code: str) -> None:
+    """librdkafka's cache missing the partition for a moment (after an election under node
+    kills), or a timeout, is no news about the log: the read goes on, bounded by the stall
+    deadline. An authentication failure is news, and fails the task."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from connectors.kafka.source.offsets import OffsetRange, stalled
+
+    class Consumer:
+        def get_watermark_offsets(self, *_: object, **__: object) -> tuple[int, int]:
+            raise KafkaException(KafkaError(getattr(KafkaError, code)))
+
+    r = OffsetRange("", "t", 0, 10, 20)
+    if code == "_AUTHENTICATION":
+        with pytest.raises(KafkaException):
+            stalled(Consumer(), r, 12, True, 1.0)
+    else:
+        assert stalled(Consumer(), r, 12, True, 1.0) is None

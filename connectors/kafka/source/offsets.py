@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError, OptionError
-from connectors.kafka.common import is_transient, retrying
+from connectors.kafka.common import is_transient, kafka_error, retrying
 
 log = logging.getLogger(__name__)
 
@@ -426,9 +426,10 @@ def stalled(
     """No records came: the new position if ``position`` is outside the log, else None.
 
     A leader moving (a broker restart, a rolling upgrade) answers the watermark request with
-    NOT_LEADER_FOR_PARTITION, a timeout or a dropped connection: that is no news about the
-    log, so the read goes on (librdkafka finds the new leader) and the stall deadline stays
-    the bound."""
+    NOT_LEADER_FOR_PARTITION, a timeout or a dropped connection, or librdkafka's metadata
+    cache misses the partition for a moment (``_UNKNOWN_PARTITION``; the range was planned
+    from it, so it exists): that is no news about the log, so the read goes on (librdkafka
+    finds the new leader) and the stall deadline stays the bound."""
     from confluent_kafka import KafkaException, TopicPartition
 
     try:
@@ -436,7 +437,7 @@ def stalled(
             TopicPartition(r.topic, r.partition), timeout=timeout, cached=False
         )
     except KafkaException as e:
-        if not is_transient(e):
+        if not (is_transient(e) or _unknown_for_now(e)):
             raise
         log.info("eo_kafka: %s: watermarks not known while stalled (%s); reading on",
                  r.describe(), e)
@@ -479,3 +480,10 @@ def out_of_range(
         f"offsets [{position}, {r.end}) are not available ({err})",
     )
     return r.end
+
+
+def _unknown_for_now(exc: BaseException) -> bool:
+    """librdkafka's own cache does not know the partition (seen once under node kills, after
+    an election: ``Failed to get watermark offsets: Local: Unknown partition``)."""
+    err = kafka_error(exc)
+    return err is not None and str(err.name()) in ("_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART")
