@@ -7,6 +7,8 @@ Every error a user can see derives from :class:`ConnectorError`, so a pipeline c
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 
 class ConnectorError(Exception):
     """Root of every error raised by this package."""
@@ -14,6 +16,16 @@ class ConnectorError(Exception):
     #: The service did not answer within its time (an outage, not a wrong setting): a check
     #: that passed before may let the work go on and leave the outage to its retries.
     unreachable: bool = False
+
+
+E = TypeVar("E", bound=ConnectorError)
+
+
+def outage(error: type[E], message: str) -> E:
+    """``error(message)`` marked :attr:`ConnectorError.unreachable`."""
+    failed = error(message)
+    failed.unreachable = True
+    return failed
 
 
 class OptionError(ConnectorError, ValueError):

@@ -38,7 +38,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
 from connectors.core.declared import DURATION, Opt
-from connectors.core.errors import ConnectorError
+from connectors.core.errors import ConnectorError, outage
 from connectors.core.options import scrub_known
 from connectors.core.retry import retry_until
 from connectors.kafka.access import denied, is_access_error, kafka_error  # noqa: F401 - kafka_error: public here too
@@ -168,10 +168,8 @@ def retrying(
             return error(message)
         if not transient:
             return error(f"{what} failed: {e}")
-        failed = error(f"{what} still failed after {attempts} attempts in {timeout:.0f}s "
-                       f"(metadataRetryTimeout): {e}")
-        failed.unreachable = True
-        return failed
+        return outage(error, f"{what} still failed after {attempts} attempts in "
+                             f"{timeout:.0f}s (metadataRetryTimeout): {e}")
 
     def on_retry(e: Exception, attempt: int, pause: float) -> None:
         log.info("%s: transient error (attempt %d), asking again: %s", what, attempt, e)

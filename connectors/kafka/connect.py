@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from connectors.core.errors import ConnectorError
+from connectors.core.errors import ConnectorError, outage
 from connectors.kafka.common import unreachable
 from connectors.kafka.config import SECURITY_PROTOCOLS, scrub
 
@@ -231,9 +231,8 @@ def first_contact(client: Any, ask: Callable[[float], T], *, timeout: float,
                 continue
         raise error(diagnose(who, bootstrap, conf, cause, said)) from None
     detail: Any = last if watch is None or watch.last() is None else watch.last()
-    failed = error(unreachable(who, bootstrap, timeout, scrub(str(detail), conf), where))
-    failed.unreachable = True
-    raise failed from None
+    raise outage(error, unreachable(who, bootstrap, timeout, scrub(str(detail), conf),
+                                    where)) from None
 
 
 def diagnose(who: str, bootstrap: Any, conf: Mapping[str, Any], cause: str,

@@ -239,23 +239,24 @@ class Connection:
             return False
         if self.pending or self.answers:
             return True
-        tls = isinstance(self.sock, ssl.SSLSocket)
+        sock = self.sock
+        tls = sock if isinstance(sock, ssl.SSLSocket) else None
         try:
-            readable = bool(select.select([self.sock], [], [], 0)[0]) or (
-                isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+            readable = bool(select.select([sock], [], [], 0)[0]) or (
+                tls is not None and tls.pending() > 0)
         except (OSError, ValueError):
             readable = True
         if not readable:
             return True
         try:
-            if tls:
-                self.sock.setblocking(False)
+            if tls is not None:
+                tls.setblocking(False)
                 try:
-                    self.sock.recv(1)  # b"" (closed), a byte (out of protocol) or housekeeping
+                    tls.recv(1)  # b"" (closed), a byte (out of protocol) or housekeeping
                 finally:
-                    self.sock.settimeout(self.settings.socket_timeout)
+                    tls.settimeout(self.settings.socket_timeout)
             else:
-                self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             return True
         except OSError:
