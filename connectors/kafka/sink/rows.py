@@ -48,6 +48,11 @@ class Rows:
         buffers instead)."""
         return self.value_array.to_pylist()
 
+    @cached_property
+    def key_list(self) -> list[bytes | None]:
+        """The keys as Python objects, for ``produce()``."""
+        return self.keys.to_pylist() if self.keys is not None else [None] * self.n
+
     def record_bytes(self) -> np.ndarray:
         """Every row's bytes as null-key runs count them (``partitioner.ByteRuns``)."""
         return partitioner.record_bytes(self.value_array, self.header_bytes)

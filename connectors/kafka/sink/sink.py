@@ -9,15 +9,18 @@ wrote and skips it (the Apache Apex exactly-once Kafka output operator, mapped o
 micro-batches). With ``transactional=true`` each task attempt commits its rows and a commit
 fact in one Kafka transaction instead (:mod:`connectors.kafka.sink.commit_facts`).
 
-This module is the protocol, and chooses the delivery mode once per task (``writer_for``).
-Beside it: ``options`` (the parsed options), ``writer``, ``recovery_key_mode`` and
-``transactional_mode`` (the delivery modes, one task attempt each), ``producers`` (producer
-config policy and caching), ``rows`` (row shaping and routing), ``recovery`` (recovery keys,
-markers, the scan).
+This module is the protocol; it chooses the produce path once on the driver
+(``check_schema``, ``transport.choose``) and the delivery mode once per task
+(``writer_for``). Beside it: ``options`` (the parsed options), ``writer`` (the task driver),
+``recovery_key_mode`` and ``transactional_mode`` (the delivery modes, one task attempt each),
+``transport``, ``wire_transport`` and ``librdkafka_transport`` (the ways to the brokers),
+``producers`` (producer config policy and caching), ``rows`` (row shaping and routing),
+``recovery`` (recovery keys, markers, the scan).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,7 +37,7 @@ from connectors.core.storage import require_directory, storage_for
 from connectors.kafka.common import FAMILY
 from connectors.kafka.registry import sink_formats
 from connectors.kafka.registry.sink_formats import SinkFormats
-from connectors.kafka.sink import format_options, recovery, targets
+from connectors.kafka.sink import format_options, recovery, targets, transport
 from connectors.kafka.sink.format_options import SINK_FORMAT_OPTIONS
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS, KafkaSinkOptions
 from connectors.kafka.sink.ordering import deterministic_order  # noqa: F401
@@ -182,6 +185,9 @@ class KafkaSink(BatchSink):
         self._wal: SinkState | None = None
         self._identity_checked = False
         self._cluster_checked = False
+        #: The produce path of this sink's tasks (``transport.choose``), set on the driver
+        #: by :meth:`check_schema`.
+        self.path: transport.ProducePath | None = None
 
     @property
     def zombie_risk(self) -> str | None:
@@ -224,6 +230,7 @@ class KafkaSink(BatchSink):
                 self.formats = sink_formats.resolve(self.formats, schema, self.topic)
             schema = sink_formats.encoded_schema(schema, self.formats)
         check_columns(schema, self.topic)
+        self.path = transport.choose(self.options, schema)
         # One walPath belongs to one sink id: sharing it would skip the other's batches.
         key = (self.wal_path, self.options.storage, self.sink_id)
         if not self._identity_checked and key not in _IDENTITY_CHECKED:
@@ -281,7 +288,13 @@ class KafkaSink(BatchSink):
         if self.formats is not None:
             encoders = {c.column: sink_formats.encoder(c) for c in self.formats.columns}
             batches = (sink_formats.encode_batch(b, encoders) for b in batches)
-        return writer_for(self.options, self._state(), task).write(batches)
+        path = self.path
+        if path is None:
+            # Staged without check_schema (a direct Python call): the first rows' schema.
+            first = next(batches, None)
+            path = transport.choose(self.options, None if first is None else first.schema)
+            batches = itertools.chain([] if first is None else [first], batches)
+        return writer_for(self.options, self._state(), task, path).write(batches)
 
     def commit(self, batch_id: int, messages: Sequence[Any]) -> None:
         """4. Driver: record the batch as committed; a no-op for a committed batch."""
@@ -348,10 +361,12 @@ class KafkaSink(BatchSink):
                     FAMILY, self.sink_id, batch_id)
 
 
-def writer_for(options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> KafkaWriter:
-    """The delivery mode the options choose, for one task attempt."""
+def writer_for(options: KafkaSinkOptions, state: SinkState, task: TaskInfo,
+               path: transport.ProducePath | None = None) -> KafkaWriter:
+    """The delivery mode the options choose, for one task attempt on ``path`` (None: the
+    path the options alone choose)."""
     mode = TransactionalWriter if options.transactional else RecoveryKeyWriter
-    return mode(options, state, task)
+    return mode(options, state, task, path or transport.choose(options, None))
 
 
 __all__ = ["KafkaSink", "TaskReport", "check_producer_config", "deterministic_order"]

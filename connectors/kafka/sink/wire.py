@@ -349,15 +349,6 @@ class WireProducer:
                       self.retry_timeout)
         self.open = False
 
-    # confluent-kafka's Producer.flush and purge, for the recovery-key mode's slot: every
-    # produce() call returns once the broker acknowledged its records (or failed with
-    # nothing of its own left in flight: wire_send.Sender drains before it raises).
-    def flush(self, timeout: float = 0.0) -> int:
-        return 0
-
-    def purge(self) -> None:
-        pass
-
     # -- errors ---------------------------------------------------------------------------------
     def check(self, code: int, request: str, coordinator: bool = False) -> None:
         if code == 0:

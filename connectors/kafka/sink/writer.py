@@ -1,34 +1,35 @@
-"""One task attempt of the exactly-once Kafka sink, in any delivery mode (docs/design.md,
-"Kafka sink: recovery keys", steps 1 and 3).
+"""One task attempt of the exactly-once Kafka sink, in any delivery mode and over any
+transport (docs/design.md, "Kafka sink: recovery keys", steps 1 and 3, and "Kafka sink:
+transports").
 
 As in flink-connector-kafka (``KafkaWriter`` / ``ExactlyOnceKafkaWriter``), the mode is a
-type, chosen once per task by ``KafkaSink.stage`` (``writer_for``):
+type, chosen once per task by ``KafkaSink.stage`` (``writer_for``), and so is the transport
+(:mod:`connectors.kafka.sink.transport`, chosen on the driver):
 
-- :class:`KafkaWriter`, the base (this module): steps 1 and 3 of the protocol. A committed
-  batch writes nothing; rows are routed by the sink itself, produced in seq order partition
-  by partition, flushed, and any delivery error fails the task. What a mode adds are hooks:
-  how step 2 finds what an earlier attempt wrote (``recover``), which producer serves the
-  attempt (``open_producer``) and how its output becomes final or is given up (``begin``,
-  ``complete``, ``on_failure``, ``release``).
+- :class:`KafkaWriter`, the base (this module): the one task driver. Steps 1 and 3 of the
+  protocol: a committed batch writes nothing; rows are routed by the sink itself, sent in
+  seq order partition by partition, chunk by chunk, flushed, and any delivery error fails
+  the task. What a mode adds are hooks: what it learns while the rows come (``look``), how
+  step 2 finds what an earlier attempt wrote (``recover``), which transport serves the
+  attempt (``open_transport``) and how its output becomes final (``complete``).
 - :class:`~connectors.kafka.sink.recovery_key_mode.RecoveryKeyWriter`: the recovery-key
   header ``eo-rk`` on every record, a started marker before the first record, and on a
-  retry a scan that skips what is already there. A cached idempotent producer per worker.
+  retry a scan that skips what is already there. The whole task in one chunk.
 - :class:`~connectors.kafka.sink.transactional_mode.TransactionalWriter`
   (``transactional=true``): one Kafka transaction per task attempt holds its rows and a
-  commit fact (:mod:`connectors.kafka.sink.commit_facts`); ``init_transactions`` fences a
-  zombie attempt first, then one stable offset fetch tells whether an earlier attempt
-  committed. No recovery-key header, no sort, no scan; each Arrow batch goes to librdkafka
-  in one call (:mod:`connectors.kafka.sink.batch_produce`).
+  commit fact (:mod:`connectors.kafka.sink.commit_facts`); the fence and one stable offset
+  fetch run while the rows come. No recovery-key header, no sort, no scan; the rows stream
+  chunk by chunk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,18 +38,18 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
-from connectors.kafka import access
+from connectors.core.threads import Background
 from connectors.kafka.common import FAMILY, attempt_timeout, retrying
-from connectors.kafka.sink import batch_produce, ordering, producers, recovery, targets
+from connectors.kafka.sink import ordering, producers, targets, wire
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import ByteRuns, NullKeyRuns, null_key_start
-from connectors.kafka.sink.producers import ProducerSlot
-from connectors.kafka.sink.rows import Routing, Rows, picker, route, shape
+from connectors.kafka.sink.rows import route, shape
+from connectors.kafka.sink.transport import Chunk, ProducePath, Transport
 
 log = logging.getLogger(__name__)
 
-# Failpoints of the steps every mode shares (see the KafkaSink docstring).
-FP_MID_PRODUCE = "kafka_sink.mid_produce"
+# Failpoints of the steps every mode shares (see the KafkaSink docstring; FP_MID_PRODUCE
+# fires in ``Transport.send``).
 FP_AFTER_FLUSH = "kafka_sink.after_flush"
 
 
@@ -79,74 +80,150 @@ def drain(batches: Iterator[pa.RecordBatch]) -> int:
     return sum(batch.num_rows for batch in batches)
 
 
+def gather(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[list[pa.RecordBatch]]:
+    """The non-empty Arrow batches in groups of at least ``size`` bytes (0: one each); the
+    last group may be smaller."""
+    group: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        group.append(batch)
+        held += batch.nbytes
+        if held >= size:
+            yield group
+            group, held = [], 0
+    if group:
+        yield group
+
+
 class KafkaWriter:
     """One task attempt writing batch B, writer partition w: steps 1 and 3, and the hooks
-    a delivery mode fills in (step 2 and the producer's lifecycle)."""
+    a delivery mode fills in (step 2, and which transport serves the attempt)."""
 
-    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo) -> None:
+    def __init__(self, options: KafkaSinkOptions, state: SinkState, task: TaskInfo,
+                 path: ProducePath) -> None:
         self.options = options
         self.state = state
         self.task = task
+        self.path = path
         self.sink_id = options.sink_id
         self.report = TaskReport(writer=task.writer_id, attempt=task.attempt)
+        self.began = 0.0
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
-        began = time.perf_counter()
+        """The task driver of every mode and transport: admit, look (step 2) while the
+        rows come, then send chunk after chunk, flush and make the records final."""
+        self.began = began = time.perf_counter()
         report = self.report
         if not self.admitted():
             drain(batches)
             return report
-        # The producer first: a new client connects while Spark hands over the task's rows
+        # The transport first: a new client connects while Spark hands over the task's rows
         # (the source's read, upstream in the same task, often takes longer).
-        slot = self.open_producer()
-        with self.attempt(slot):
-            chunks = list(batches)
-            report.input_seconds = time.perf_counter() - began
-            table = pa.Table.from_batches(chunks) if chunks else None
-            if table is None or table.num_rows == 0:
+        self.transport = self.open_transport()
+        with self.attempt():
+            first = self.first_rows(batches)
+            if first is None:
                 return report
-            numbering = self.row_order()
-            if numbering is not None and not self.options.deterministic_order:
-                table = ordering.deterministic_order(table, numbering)
-            rows = shape(table, self.options.topic, self.sink_id)
-            report.rows = rows.n
-            counts = self.partition_counts(rows.topics)
-            routing = route(rows, counts, self.sink_id, self.null_key_runs())
-            # 2. (the mode's) Which rows did earlier attempts of (B, w) already write?
-            skip = self.recover(rows, routing, slot)
+            chunks = self.chunks(itertools.chain([first], batches))
+            head = self.recover(next(chunks))  # 2. (the mode's)
+            report.rows += head.rows.n
             if report.already_committed:
+                report.rows += drain(batches)  # the task's rows, all the same
                 return report
-            # 3. Produce in seq order, flush, fail on any delivery error.
+            # 3. Send chunk after chunk (ascending seq per partition), flush, fail on any
+            #    delivery error, make the records final.
             report.setup_seconds = time.perf_counter() - began - report.input_seconds
-            self.begin(slot)
-            todo = np.arange(rows.n) if skip is None else np.nonzero(~skip)[0]
-            # Seq order matters only within a target partition (that is what the max-seq
-            # rule reads). Producing partition by partition lets librdkafka fill one
-            # partition's batches at a time instead of interleaving small ones.
-            order = todo[np.argsort(routing.target_ids[todo], kind="stable")]
-            report.produced = self.produce(slot, rows, routing.parts, order)
-            report.partitions = routing.partition_counts()
-            self.settle(slot, rows)
+            prefix = self.header_prefix()
+            self.transport.begin()
+            for chunk in itertools.chain([head], chunks):
+                last = time.perf_counter()
+                self.count(chunk)
+                if chunk is not head:  # counted above
+                    report.rows += chunk.rows.n
+                report.produced += self.transport.send(chunk, report.produced, prefix)
+            self.transport.flush()
+            # The last chunk's send and the flush: what the task waits for after its input.
+            report.flush_seconds = time.perf_counter() - last
+            failpoints.hit(FP_AFTER_FLUSH, self.task.batch_id)
+            self.complete()
         return self.finish(began)
 
     @contextlib.contextmanager
-    def attempt(self, slot: ProducerSlot) -> Iterator[None]:
-        """The producer's lifecycle around one attempt: settled on failure, then released."""
+    def attempt(self) -> Iterator[None]:
+        """The transport's lifecycle around one attempt: settled on failure (a clearer error
+        where it has one), then closed."""
         try:
             yield
-        except BaseException:
-            self.on_failure(slot)
+        except BaseException as e:
+            self.on_failure()
+            better = self.transport.explain(e)
+            if better is not None:
+                raise better from None
             raise
         finally:
-            self.release(slot)
+            self.transport.close()
+            self.release()
 
-    def settle(self, slot: ProducerSlot, rows: Rows | None) -> None:
-        """3. (end) Flush, fail on any delivery error, and make the records final."""
-        began = time.perf_counter()
-        self.flush(slot)
-        self.report.flush_seconds = time.perf_counter() - began
-        failpoints.hit(FP_AFTER_FLUSH, self.task.batch_id)
-        self.complete(slot, rows, self.report)
+    def first_rows(self, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
+        """The task's first non-empty Arrow batch (None: it has none). The mode's look
+        (:meth:`look`, 2T) runs on a thread of its own meanwhile and is joined, failed or
+        not; a broker too old for the wire path is met there (a transactional one) and
+        the attempt goes on with librdkafka."""
+        look = Background(self.look, name="eo-kafka-sink-fence") if self.looks else None
+        try:
+            first = next((x for x in batches if x.num_rows), None)
+        finally:
+            self.report.input_seconds = time.perf_counter() - self.began
+            if look is not None:
+                look.join()
+        if look is not None:
+            try:
+                look.result()
+            except wire.UnsupportedBroker as e:
+                wire.note_skipped(str(e))
+                self.transport.close()
+                self.transport = self.open_transport(wire_ok=False)
+                self.look()  # librdkafka's init_transactions fences the wire producer's epoch
+        return first
+
+    def chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[Chunk]:
+        """The task's rows shaped, routed and put in send order, chunk by chunk: Arrow
+        batches gathered to the transport's ``chunk_bytes``, or, where the mode needs them
+        (:meth:`whole_task`), all of the task's rows in one chunk, ordered (:meth:`row_order`)."""
+        topic, sink_id = self.options.topic, self.sink_id
+        if self.whole_task():
+            table = pa.Table.from_batches(list(batches))
+            self.report.input_seconds = time.perf_counter() - self.began
+            numbering = self.row_order()
+            if numbering is not None and not self.options.deterministic_order:
+                table = ordering.deterministic_order(table, numbering)
+            tables: Iterator[pa.Table] = iter([table])
+        else:
+            tables = (pa.Table.from_batches(group)
+                      for group in gather(batches, self.transport.chunk_bytes))
+        counts: dict[str, int] = {}
+        runs: NullKeyRuns | None = None  # carried from chunk to chunk
+        for table in tables:
+            rows = shape(table, topic, sink_id)
+            missing = [t for t in rows.topics if t not in counts]
+            if missing:
+                counts.update(self.partition_counts(missing))
+            if runs is None:
+                runs = self.null_key_runs()
+            routing = route(rows, counts, sink_id, runs)
+            # Seq order matters only within a target partition (that is what the max-seq
+            # rule reads). Sending partition by partition fills one partition's batches at
+            # a time instead of interleaving small ones.
+            yield Chunk(rows, routing, np.argsort(routing.target_ids, kind="stable"))
+
+    def count(self, chunk: Chunk) -> None:
+        """Add a chunk's rows per target partition to the task's report."""
+        for t, parts in chunk.routing.partition_counts().items():
+            dst = self.report.partitions.setdefault(t, {})
+            for p, n in parts.items():
+                dst[p] = dst.get(p, 0) + n
 
     def admitted(self) -> bool:
         """1. A committed batch writes nothing (a replay after the driver crashed between our
@@ -170,6 +247,13 @@ class KafkaWriter:
         return report
 
     # -- hooks of a delivery mode ------------------------------------------------------------
+    #: Whether the mode looks (:meth:`look`) while the task's first rows come.
+    looks = False
+
+    def whole_task(self) -> bool:
+        """Whether the mode needs all of the task's rows before the first is sent."""
+        return True
+
     def row_order(self) -> str | None:
         """The deterministic order rows are numbered in (:mod:`connectors.kafka.sink.ordering`;
         the recovery keys' seq needs one), or None to keep them as they come."""
@@ -185,179 +269,33 @@ class KafkaWriter:
         """The partition count of every target topic, which routing depends on."""
         return self.fetch_partition_counts(topics)
 
-    def recover(self, rows: Rows, routing: Routing, slot: ProducerSlot) -> np.ndarray | None:
-        """Step 2: a mask of the rows already written (None: write them all)."""
-        return None
+    def open_transport(self, wire_ok: bool = True) -> Transport:
+        """The attempt's transport, on the path the driver chose (``wire_ok=False``: never
+        the wire)."""
+        raise NotImplementedError
+
+    def look(self) -> None:
+        """2T. (where :attr:`looks`) What the mode learns before the rows come."""
+
+    def recover(self, head: Chunk) -> Chunk:
+        """Step 2, once the first chunk is routed: what earlier attempts wrote. Returns the
+        chunk without the rows already written (or sets ``report.already_committed``)."""
+        return head
 
     def header_prefix(self) -> bytes | None:
         """The recovery-key header of this attempt's records, without the seq (None: no
         header)."""
         return None
 
-    def batch_handle(self, producer: Any, rows: Rows) -> int | None:
-        """The librdkafka handle to enqueue the rows with Arrow batch by Arrow batch
-        (:mod:`connectors.kafka.sink.batch_produce`), or None to produce record by record."""
-        return None
-
-    def open_producer(self) -> ProducerSlot:
-        raise NotImplementedError
-
-    def begin(self, slot: ProducerSlot) -> None:
-        """Before the first record."""
-
-    def complete(self, slot: ProducerSlot, rows: Rows | None, report: TaskReport) -> None:
+    def complete(self) -> None:
         """After the flush: make the attempt's records final."""
 
-    def on_failure(self, slot: ProducerSlot) -> None:
-        """The attempt failed: settle or give up what it queued."""
+    def on_failure(self) -> None:
+        """The attempt failed: settle or give up what it sent."""
+        self.transport.abort()
 
-    def release(self, slot: ProducerSlot) -> None:
-        """The attempt is over, failed or not."""
-
-    # -- shared steps ---------------------------------------------------------------------------
-    def produce(self, slot: ProducerSlot, rows: Rows, parts: np.ndarray, todo: np.ndarray,
-                done: int = 0) -> int:
-        """Produce the rows ``todo`` in that order (ascending seq per partition); ``done``
-        records of this attempt went before (the ``mid_produce`` failpoint counts them)."""
-        producer: Any = slot.producer
-        rk = self.batch_handle(producer, rows)
-        if rk is not None:
-            return self.produce_batched(slot, rk, rows, parts, todo, done)
-        produce = producer.produce
-        poll = producer.poll
-        pack = recovery.pack_seq
-        prefix = self.header_prefix()
-        header = recovery.HEADER
-        values = rows.values
-        keys = rows.keys.to_pylist() if rows.keys is not None else [None] * rows.n
-        order: Sequence[int] = todo.tolist()
-        single = rows.topics[0] if len(rows.topics) == 1 else None
-        headers = rows.headers
-        armed = failpoints.wants_count(FP_MID_PRODUCE)
-        # produce() is called positionally: (topic, value, key, partition, callback,
-        # on_delivery, timestamp, headers). Keyword parsing alone would cost a third of the
-        # per-record Python time.
-        if single is not None and headers is None and armed is None and prefix is not None:
-            # The hot loop: one topic, no user headers, no failpoint armed. Header values
-            # (bytes, which the garbage collector does not track) are built by numpy and
-            # every column is laid out in produce order first.
-            pick = picker(order)
-            header_values = recovery.header_values(prefix, todo)
-            for v, k, p, key in zip(pick(values), pick(keys), parts[todo].tolist(),
-                                    header_values, strict=True):
-                while True:
-                    try:
-                        produce(single, v, k, p, None, None, 0, [(header, key)])
-                        break
-                    except BufferError:
-                        poll(0.05)
-            return len(order)
-        partitions = parts.tolist()
-        if single is not None and headers is None and armed is None and prefix is None:
-            # The transactional mode's hot loop: no header at all.
-            for i in order:
-                while True:
-                    try:
-                        produce(single, values[i], keys[i], partitions[i])
-                        break
-                    except BufferError:
-                        poll(0.05)
-            return len(order)
-        topic_of = None if single is not None else [rows.topics[i] for i in rows.topic_idx.tolist()]
-        count = done
-        for i in order:
-            h = [] if prefix is None else [(header, prefix + pack(i))]
-            if headers is not None and headers[i]:
-                h.extend(headers[i])
-            topic = single if topic_of is None else topic_of[i]
-            while True:
-                try:
-                    produce(topic, values[i], keys[i], partitions[i], None, None, 0, h or None)
-                    break
-                except BufferError:
-                    poll(0.05)
-            count += 1
-            self.mid_produce(producer, count, armed)
-        return count - done
-
-    def mid_produce(self, producer: Any, count: int, armed: int | None) -> None:
-        """The ``mid_produce`` failpoint, once ``count`` records of the attempt are queued."""
-        if armed is not None and count >= armed:
-            if count == armed:
-                # Make "n records written" literally true before crashing, so a retry
-                # really has to skip them (a test of the dedupe, not of luck).
-                producer.flush(self.options.flush_timeout)
-            failpoints.hit(FP_MID_PRODUCE, self.task.batch_id, count)
-
-    def produce_batched(self, slot: ProducerSlot, rk: int, rows: Rows, parts: np.ndarray,
-                        todo: np.ndarray, done: int) -> int:
-        """``produce`` with ``rd_kafka_produce_batch`` (with a recovery-key header:
-        ``batch_produce.produce_keyed``), one call per run of one topic (``todo`` is grouped
-        by target); the ``mid_produce`` failpoint fires at its exact count, then after each
-        call."""
-        if not len(todo):  # a retry that finds every row written
-            return 0
-        producer = slot.producer
-        armed = failpoints.wants_count(FP_MID_PRODUCE)
-        prefix = self.header_prefix()
-
-        def wait() -> None:  # the queue is full: let librdkafka send some of it
-            producer.poll(0.001)
-
-        count = done
-        for topic, piece in self.pieces(rows, todo, done, armed):
-            if prefix is None:
-                count += batch_produce.produce(rk, topic, rows.value_array, rows.keys,
-                                               parts, piece, wait)
-            else:
-                count += batch_produce.produce_keyed(
-                    producer, slot.on_delivery, rk, topic, rows.value_array, rows.keys,
-                    parts, piece, recovery.HEADER, prefix, wait)
-            self.mid_produce(producer, count, armed)
-        return count - done
-
-    def pieces(self, rows: Rows, todo: np.ndarray, done: int, armed: int | None,
-               most: int = 0) -> Iterator[tuple[str, np.ndarray]]:
-        """``(topic, piece)`` in produce order: ``todo`` (grouped by target) cut at each
-        change of topic, at the ``mid_produce`` failpoint's count (``done`` records went
-        before), and into pieces of at most ``most`` rows (0: no bound). Every piece is
-        produced whole before the next is asked for."""
-        count = done
-        topic_of = rows.topic_idx[todo]
-        for run in np.split(todo, np.flatnonzero(np.diff(topic_of)) + 1):
-            if not len(run):
-                continue
-            cuts = set(range(most, len(run), most)) if most else set()
-            if armed is not None and count < armed < count + len(run):
-                cuts.add(armed - count)
-            topic = rows.topics[int(rows.topic_idx[run[0]])]
-            for piece in np.split(run, sorted(cuts)):
-                yield topic, piece
-            count += len(run)
-
-    def flush(self, slot: ProducerSlot) -> None:
-        b, w, timeout = self.task.batch_id, self.task.writer_id, self.options.flush_timeout
-        remaining = slot.producer.flush(timeout)
-        if remaining:
-            raise KafkaSinkError(
-                f"{FAMILY} {self.sink_id}: {remaining} records of batch {b} writer {w} were "
-                f"not delivered within flushTimeout={timeout:.0f}s"
-            )
-        if slot.errors:
-            # "<topic>[<partition>]: <error>": a denied WRITE names the ACL to grant.
-            topic = slot.errors[0].split("[", 1)[0]
-            denied = access.denied(slot.errors[0], who=f"{FAMILY} {self.sink_id}",
-                                   conf=self.options.producer_conf,
-                                   needs=[access.Acl("TOPIC", topic, "LITERAL", "WRITE",
-                                                     "Produce")],
-                                   request=f"producing batch {b} writer {w}")
-            if denied is not None:
-                raise KafkaSinkError(denied)
-            raise KafkaSinkError(
-                f"{FAMILY} {self.sink_id}: {len(slot.errors)} records of batch {b} writer {w} "
-                f"failed delivery, e.g. {slot.errors[:3]}; the task fails and its retry skips "
-                "what was written"
-            )
+    def release(self) -> None:
+        """The attempt is over, failed or not (after the transport closed)."""
 
     def fetch_partition_counts(self, topics: list[str]) -> dict[str, int]:
         return targets.partition_counts(self.options, topics)
