@@ -174,6 +174,7 @@ def run_demo(args: argparse.Namespace) -> int:
     os.makedirs(workdir, exist_ok=True)
     started = time.monotonic()
     broker = registry = None
+    cfg: dict[str, Any] | None = None
     stop_broker: str | None = None
     out = sys.stderr if args.json else sys.stdout
     # flushed: into a pipe (``| tee``) or a CI log each line shows when it is said
@@ -220,6 +221,8 @@ def run_demo(args: argparse.Namespace) -> int:
             print_inspect(commands, broker_up)
         return 0 if report["ok"] else 1
     finally:
+        if cfg is not None:  # Spark's scratch of every run, the killed ones' too
+            shutil.rmtree(cfg["scratch"], ignore_errors=True)
         if registry is not None:
             registry.stop()
         if broker is not None and not args.keep_broker:
@@ -270,6 +273,8 @@ def _demo_config(args: argparse.Namespace, seed: int, workdir: str, bootstrap: s
         "registry_url": registry_url,
         "log_path": os.path.join(workdir, "pipeline.log"),
         "metrics_port": free_port(),
+        # the pipeline runs' temporary files (scratch_env), removed when the demo ends
+        "scratch": os.path.join(workdir, "scratch"),
     }
 
 

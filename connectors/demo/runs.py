@@ -62,6 +62,20 @@ def sink_progress(cfg: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def scratch_env(scratch: str) -> dict[str, str]:
+    """Where a pipeline run's temporary files go: under the work directory, not /tmp, so the
+    ``spark-*`` and ``blockmgr-*`` directories of a SIGKILLed run (Spark deletes them only
+    at a clean exit), Python's temporary files and the metrics spool go with it. The JVM's
+    own (``java.io.tmpdir``, where lz4-java unpacks ``liblz4-java-*.so``) and
+    ``spark.local.dir`` follow in :func:`connectors.demo.pipeline.main`."""
+    os.makedirs(os.path.join(scratch, "tmp"), exist_ok=True)
+    return {"TMPDIR": os.path.join(scratch, "tmp"),
+            "EO_METRICS_SPOOL": os.path.join(scratch, "metrics-spool"),
+            # spark-submit's launcher JVM: no /tmp/hsperfdata_<user> either
+            "SPARK_LAUNCHER_OPTS": " ".join(filter(None, (
+                os.environ.get("SPARK_LAUNCHER_OPTS"), "-XX:-UsePerfData")))}
+
+
 def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
               failpoint: str | None, timeout: float, log_path: str,
               progress: Any = None) -> tuple[int, bool]:
@@ -78,6 +92,7 @@ def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
         env["CONNECTORS_FAILPOINTS_SCOPE"] = "group"
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.update(scratch_env(cfg["scratch"]))
     began = time.monotonic()
     deadline = began + timeout
     next_report = began + 5.0

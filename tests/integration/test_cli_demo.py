@@ -8,9 +8,13 @@
   AvroDeserializer, against a registry the demo starts itself;
 - its console, as into a pipe or a CI log: with ``--json`` the report alone is on stdout
   and the progress lines on stderr, where it says what it is doing before each long wait
-  (resolving the broker's jars, starting the broker and the registry, producing, starting
-  Spark), in plain lines (no carriage-return frames), with no raw librdkafka line
-  (``%4|...|GETPID|...``)."""
+  (starting the broker and the registry, producing, starting Spark; nothing of Maven when
+  the jars are cached), in plain lines (no carriage-return frames), with no raw librdkafka
+  line (``%4|...|GETPID|...``);
+- what it leaves in ``/tmp`` (issue 50): it runs with a ``/tmp`` of its own
+  (tests/private_tmp.py), which holds nothing once it has ended, though one pipeline run was
+  SIGKILLed and its broker still runs: Spark's scratch and the metrics spool went under its
+  work directory, and its JVMs write no perf data."""
 
 from __future__ import annotations
 
@@ -18,11 +22,17 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
-from typing import Any
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
-from tests.helpers import REPO, wait_for
+import pytest
+
+from tests import private_tmp
+from tests.helpers import REPO, REQUIRE, unavailable, wait_for
 
 
 def _alive(pid: int) -> bool:
@@ -34,19 +44,40 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_demo_keep_broker_prints_commands_that_all_answer(tmp_path: Any) -> None:
-    workdir = tmp_path / "demo"
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory not under /tmp (the demo's own /tmp hides that one), removed after."""
+    root = Path(tempfile.mkdtemp(prefix="eo-demo-test-",
+                                 dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_demo_keep_broker_prints_commands_that_all_answer(outside_tmp: Path) -> None:
+    workdir = outside_tmp / "demo"
+    listing = outside_tmp / "tmp-after-demo"
     env = {**os.environ, "PYTHONPATH": REPO}
-    proc = subprocess.run(
-        [sys.executable, "-m", "connectors", "demo", "--json", "--keep-broker", "--workdir",
-         str(workdir), "--kills", "1", "--lines", "3000", "--batch-size", "500", "--seed", "36",
-         "--format", "avro"],
-        capture_output=True, text=True, cwd=REPO, timeout=900, env=env, check=False)
+    argv = [sys.executable, "-m", "connectors", "demo", "--json", "--keep-broker", "--workdir",
+            str(workdir), "--kills", "1", "--lines", "3000", "--batch-size", "500", "--seed",
+            "36", "--format", "avro"]
+    private = private_tmp.available()
+    if not private and REQUIRE:  # elsewhere the demo runs, its /tmp unchecked
+        unavailable("a mount namespace (unshare -m)", "needed to see what the demo leaves in "
+                    "/tmp, as root")
+    proc = subprocess.run(private_tmp.wrap(argv, listing) if private else argv,
+                          capture_output=True, text=True, cwd=REPO, timeout=900, env=env,
+                          check=False)
     report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     inspect = report.get("inspect") or {}
     stop = inspect.get("stop_broker")
     try:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        # nothing in its /tmp: not the killed run's spark-*/blockmgr-*, the metrics spool,
+        # lz4-java's liblz4-java-*.so, nor the kept broker's JVM perf data
+        assert not private or private_tmp.left(listing) == [], private_tmp.left(listing)
+        assert not (workdir / "scratch").exists()  # the runs' scratch went with the demo
         assert report["ok"] and inspect["broker_running"] and stop, inspect
         assert report["format"] == "avro" and all(
             s["missing"] == 0 and s["duplicates"] == 0 for s in report["sinks"]), report
