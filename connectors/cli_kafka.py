@@ -217,6 +217,9 @@ def _pending_lines(total: int, in_windows: list[tuple[dict[str, Any], int]]) -> 
     held = sum(n for _, n in in_windows)
     ids = ", ".join(str(w["window"]) for w, _ in in_windows)
     plural = "s" if len(in_windows) > 1 else ""
+    if not held:  # another group's, a multi-cluster WAL, or a lag beyond the window
+        return [f"  (window{plural} {ids} of the source's WAL PENDING; none of this lag lies "
+                "in them)"]
     lines = [f"  {held} of it: window{plural} {ids} of the source's WAL, PENDING. The source "
              "commits a window's end to the group when Spark plans the batch after it: after "
              "a finished AvailableNow/Once run (as the demo's) the sinks hold the last "

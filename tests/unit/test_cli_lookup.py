@@ -214,3 +214,9 @@ def test_lag_with_the_wal_path_says_the_lag_is_the_pending_last_window(
     assert "no pending window: all 8 of the lag is offsets its query has not planned" in out
     code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "nothing"))
     assert code == 2 and "no eo_kafka source WAL there" in err, err
+    # a pending window the lag does not reach (the group is past it): said, never counted
+    wal.append(2, {"window": 2, "start": {"t": {"0": 8}}, "end": {"t": {"0": 9}}})
+    fakes.offsets.update({("t", 0): 10, ("t", 1): 2})
+    code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "wal"))
+    assert "total lag 2" in out and "(window 2 of the source's WAL PENDING; none of this " \
+        "lag lies in them)" in out, out
