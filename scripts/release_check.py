@@ -7,9 +7,11 @@ that pyproject.toml declares, outside the repository.
 2. The lowest Python declared (the lowest ``Programming Language :: Python :: 3.X``
    classifier, which a unit test holds to ``requires-python``), with the lowest pyspark
    declared (``pyspark>=X`` -> ``pyspark==X``): a wheel built from the sdist for it, installed
-   with the ``demo`` extra into a new virtualenv in a directory the repository cannot be
-   imported from; ``python -m connectors demo`` runs there (the Spark smoke test of that
-   pyspark); then the ``dev`` extra and the unit suite, against the installed wheel.
+   with the ``dev`` extra into a new virtualenv; the demo test
+   (tests/integration/test_cli_demo.py, marked ``release``, which the tiers leave to this
+   check) runs ``python -m connectors demo`` from a directory the repository cannot be
+   imported from, and every command it prints (the Spark smoke test of that pyspark); then
+   the unit suite, against the installed wheel.
 3. The highest Python declared, with the pyspark pip picks for it (the highest): the sdist
    installed where no C compiler can be found (``PATH`` holding only the virtualenv, ``CC``
    naming a binary that does not exist): the extensions are skipped, ``doctor`` must name
@@ -18,10 +20,11 @@ that pyproject.toml declares, outside the repository.
 
 Each demo runs in a mount namespace of its own (``unshare -m``) whose ``/tmp`` is a fresh
 tmpfs, listed when the demo has ended: it must be empty (README, "What a run leaves in
-/tmp"). Every install comes from the wheelhouse alone (``--no-index``); what is missing
-there is fetched into it when the package index answers, so a registry outage does not fail
-a machine that ran once before. The unit suites write JUnit reports into ``--junit-dir``
-(run-tests sums them); each step prints its minutes. Exit 0 when every step passed.
+/tmp"; tests/private_tmp.py). Every install comes from the wheelhouse alone
+(``--no-index``); what is missing there is fetched into it when the package index answers, so
+a registry outage does not fail a machine that ran once before. The pytest runs write JUnit
+reports into ``--junit-dir`` (run-tests sums them); each step prints its minutes. The two
+legs run at once, their installs taking turns. Exit 0 when every step passed.
 """
 
 from __future__ import annotations
@@ -234,19 +237,23 @@ def demo(python: str, cwd: Path) -> str:
     return next(line for line in last if "RESULT" in line)
 
 
-def unit_suite(python: str, cwd: Path, junit: Path) -> str:
-    """The unit suite against the installed package: pytest from outside the repository,
-    with the repository appended to sys.path (its ``tests`` package), never first."""
-    env = clean_env(python)
+def pytest(python: str, cwd: Path, junit: Path, *args: str, **env: str) -> str:
+    """pytest against the installed package: from outside the repository, with the
+    repository appended to sys.path (its ``tests`` package), never first; its last line."""
     done = subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-         "--import-mode=append", f"--rootdir={REPO}", f"--junitxml={junit}",
-         str(REPO / "tests" / "unit")],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
+         f"--rootdir={REPO}", f"--junitxml={junit}", *args],
+        cwd=cwd, env=clean_env(python, **env), capture_output=True, text=True, timeout=1800,
+        check=False)
     tail = [line for line in done.stdout.splitlines() if line.strip()][-1:] or ["(no output)"]
     if done.returncode != 0:
-        raise Failed("the unit suite failed:\n" + done.stdout[-6000:] + done.stderr[-2000:])
+        raise Failed(f"pytest {' '.join(args)} failed:\n" + done.stdout[-6000:]
+                     + done.stderr[-2000:])
     return tail[0]
+
+
+def unit_suite(python: str, cwd: Path, junit: Path) -> str:
+    return pytest(python, cwd, junit, "-n", "2", str(REPO / "tests" / "unit"))
 
 
 def doctor_without_compiler(python: str, cwd: Path) -> str:
@@ -283,15 +290,17 @@ def lowest_leg(version: str, pyspark: str, sdist: Path, wheelhouse: Path, root: 
     work.mkdir()
     leg.step(f"a wheel from the sdist with {python}")
     wheel = wheel_for(python, sdist, wheelhouse, root / "dist")
-    leg.step(f"{wheel.name}[demo] into a new virtualenv, pyspark=={pyspark}")
+    leg.step(f"{wheel.name}[dev] into a new virtualenv, pyspark=={pyspark}")
     py = venv(python, root / "venv")
     pins = [f"pyspark=={pyspark}"]
-    pip_install(py, [f"{wheel}[demo]", *pins], wheelhouse, what=f"{wheel.name}[demo]")
-    say(f"  {versions(py, work)}")
-    leg.step("python -m connectors demo, from a directory without the repository")
-    say(f"  demo: {demo(py, work)}")
-    leg.step("the dev extra, then the unit suite against the installed wheel")
     pip_install(py, [f"{wheel}[dev]", *pins], wheelhouse, what=f"{wheel.name}[dev]")
+    say(f"  {versions(py, work)}")
+    leg.step("the demo test: python -m connectors demo from a directory without the "
+             "repository, every command it prints, its /tmp")
+    say("  demo test: " + pytest(py, work, junit_dir / f"demo-py{version}.xml", "-m", "release",
+                                 str(REPO / "tests" / "integration" / "test_cli_demo.py"),
+                                 EO_TEST_INSTALLED="1"))
+    leg.step("the unit suite against the installed wheel")
     say(f"  unit suite: {unit_suite(py, work, junit_dir / f'unit-py{version}.xml')}")
     say(f"passed in {leg.done():.1f} min")
 
