@@ -48,18 +48,9 @@ from connectors.core.options import redact_url
 
 
 def _storage(args: argparse.Namespace, url: str) -> tuple[Any, str]:
-    """The backend of a path argument, with ``--storage KEY=VALUE`` options (object stores;
-    the provider's own environment and credential chain fill in the rest)."""
-    from connectors.core.storage import storage_for, storage_options_from
+    from connectors.state_report import open_storage
 
-    pairs = {}
-    for kv in getattr(args, "storage", None) or []:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            raise ConnectorError(f"--storage {key!r}: give KEY=VALUE, e.g. endpoint=http://h:9000")
-        pairs[key.removeprefix("storage.")] = value
-    return storage_for(url, options=storage_options_from(pairs, "eo-connectors"),
-                       family="eo-connectors")
+    return open_storage(url, getattr(args, "storage", None))
 
 
 def _emit(args: argparse.Namespace, doc: Any, lines: list[str]) -> None:
@@ -97,11 +88,13 @@ def wal_show(args: argparse.Namespace) -> int:
         # A sink's commit log holds commit markers only (no records): list those too.
         every = sorted(set(seqs) | committed)
         for seq in every[-args.last:] if args.last else every:
-            record = wal.get(seq) or {}
-            entries.append({"seq": seq, "committed": seq in committed, "record": record})
+            record = wal.get(seq) or {}  # a sink's facts of a batch are in its marker
+            info = wal.commit_info(seq) if seq in committed and not record else None
+            entries.append({"seq": seq, "committed": seq in committed, "record": record,
+                            "commit": info})
         last = committed_seqs[-1] if committed_seqs else None
         note = report.pending_note(kind, entries)
-        retained = report.retention_note(kind, every)
+        retained = report.retention_note(kind, every, last)
         doc["logs"][kind] = {"what": report.LOGS.get(kind), "last_committed": last,
                              "entries": entries, "entries_in_log": len(every),
                              "pending_note": note, "retention_note": retained,
@@ -114,7 +107,9 @@ def wal_show(args: argparse.Namespace) -> int:
             lines.append(f"    ({retained})")
         for e in entries:
             flag = "committed" if e["committed"] else "PENDING  "
-            lines.append(f"    {e['seq']:>8}  {flag}  {_summarize(e['record'])}")
+            text = _summarize(e["record"]) if e["record"] else ""
+            lines.append(f"    {e['seq']:>8}  {flag}  {text}"
+                         f"{report.commit_summary(e['commit'], e['record'])}")
         if not entries:
             lines.append("    (empty: nothing written to this log yet)")
         if note:
@@ -411,6 +406,11 @@ def _add_kafka(sub: Any) -> None:
     lg.add_argument("--kafka-config", metavar="FILE",
                     help="a file of KEY=VALUE librdkafka settings, one a line (# comments): "
                     "keeps kafka.sasl.password off the command line")
+    lg.add_argument("--wal-path", metavar="PATH",
+                    help="the walPath of the eo_kafka source whose group this is: says how "
+                    "much of the lag is windows it planned and has not committed to the group "
+                    "yet (the last window of a finished AvailableNow/Once run)")
+    _with_storage(lg)
     lg.set_defaults(func=lag)
 
     tx = _with_json(sub.add_parser(

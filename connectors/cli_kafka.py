@@ -120,12 +120,55 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     finally:
         group.close()
         looker.close()
-    return _lag_report(args.group, args.bootstrap, offsets, ends)
+    pending = pending_windows(args.wal_path, args) if getattr(args, "wal_path", None) else None
+    return _lag_report(args.group, args.bootstrap, offsets, ends, pending)
+
+
+def pending_windows(wal_path: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The windows of an ``eo_kafka`` source's WAL (``<walPath>/source``) that have no commit
+    marker yet, as ``{"window", "start", "end"}`` with offsets per ``(topic, partition)``:
+    planned, and not yet committed to the group (the source commits a window's end when
+    Spark plans the batch after it). Read-only."""
+    from connectors.core.wal import WriteAheadLog
+    from connectors.kafka.source.window_log import WAL_KIND
+    from connectors.state_report import open_storage
+
+    storage, root = open_storage(wal_path, getattr(args, "storage", None))
+    wal = WriteAheadLog(storage, root, WAL_KIND)
+    if not storage.is_dir(wal.dir):
+        raise ConnectorError(f"lag --wal-path {wal_path!r}: no eo_kafka source WAL there "
+                             f"(no {WAL_KIND}/ directory); give the source's walPath option")
+    seqs, committed = wal.listing()
+    done = set(committed)
+    out = []
+    for seq in seqs:
+        if seq in done:
+            continue
+        record = wal.get(seq) or {}
+        out.append({"window": seq, "start": _flat(record.get("start")),
+                    "end": _flat(record.get("end"))})
+    return out
+
+
+def _flat(offsets: Any) -> dict[tuple[str, int], int]:
+    """Spark's offset JSON of one cluster (``{"topic": {"0": 42}}``) by (topic, partition);
+    a multi-cluster WAL (one level deeper) gives nothing here."""
+    flat: dict[tuple[str, int], int] = {}
+    for topic, parts in (offsets or {}).items():
+        if isinstance(parts, dict):
+            for p, off in parts.items():
+                if isinstance(off, int) and str(p).isdigit():
+                    flat[(str(topic), int(p))] = off
+    return flat
 
 
 def _lag_report(group: str, bootstrap: str, offsets: dict[tuple[str, int], int],
-                ends: dict[tuple[str, int], int]) -> tuple[dict[str, Any], list[str]]:
-    """``lag``'s document and lines: each partition's committed offset, end and lag."""
+                ends: dict[tuple[str, int], int],
+                pending: list[dict[str, Any]] | None = None
+                ) -> tuple[dict[str, Any], list[str]]:
+    """``lag``'s document and lines: each partition's committed offset, end and lag; with
+    ``pending`` (``--wal-path``), how much of the lag lies in windows the source planned
+    and has not committed to the group yet."""
     partitions: list[dict[str, Any]] = []
     for (topic, partition), offset in sorted(offsets.items()):
         end = ends.get((topic, partition))
@@ -137,11 +180,54 @@ def _lag_report(group: str, bootstrap: str, offsets: dict[tuple[str, int], int],
     lines = [f"group {group} @ {bootstrap}: total lag {total}"]
     lines += [f"  {p['topic']}[{p['partition']}] committed {p['committed']} end {p['end']} "
               f"lag {p['lag']}" for p in partitions]
-    if total and source_group(group):
+    doc: dict[str, Any] = {"group": group, "total_lag": total, "partitions": partitions}
+    if pending is not None:
+        in_windows = _lag_in_windows(offsets, ends, pending)
+        doc["pending_windows"] = [{"window": w["window"], "lag": n} for w, n in in_windows]
+        lines += _pending_lines(total, in_windows)
+    elif total and source_group(group):
         lines.append("  (an eo_kafka source commits a window's end when Spark plans the next "
                      "batch: after a finished AvailableNow/Once run, the last window shows as "
                      "lag until the next run; see docs/kafka-source.md)")
-    return {"group": group, "total_lag": total, "partitions": partitions}, lines
+    return doc, lines
+
+
+def _lag_in_windows(offsets: dict[tuple[str, int], int], ends: dict[tuple[str, int], int],
+                    pending: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Each pending window with the part of the group's lag inside it: per partition, the
+    offsets from the group's committed one to the partition's end that the window spans."""
+    out = []
+    for w in pending:
+        n = 0
+        for tp, committed in offsets.items():
+            end, w_start, w_end = ends.get(tp), w["start"].get(tp), w["end"].get(tp)
+            if end is None or w_end is None:
+                continue
+            lo = max(committed, w_start if w_start is not None else committed)
+            n += max(0, min(end, w_end) - lo)
+        out.append((w, n))
+    return out
+
+
+def _pending_lines(total: int, in_windows: list[tuple[dict[str, Any], int]]) -> list[str]:
+    if not in_windows:
+        return [f"  (the source's WAL has no pending window: all {total} of the lag is offsets "
+                "its query has not planned yet)" if total else
+                "  (the source's WAL has no pending window)"]
+    held = sum(n for _, n in in_windows)
+    ids = ", ".join(str(w["window"]) for w, _ in in_windows)
+    plural = "s" if len(in_windows) > 1 else ""
+    if not held:  # another group's, a multi-cluster WAL, or a lag beyond the window
+        return [f"  (window{plural} {ids} of the source's WAL PENDING; none of this lag lies "
+                "in them)"]
+    lines = [f"  {held} of it: window{plural} {ids} of the source's WAL, PENDING. The source "
+             "commits a window's end to the group when Spark plans the batch after it: after "
+             "a finished AvailableNow/Once run (as the demo's) the sinks hold the last "
+             "window's rows and it shows here as lag until the next run commits it; after a "
+             "crash the next run reads it again. See docs/kafka-source.md"]
+    if total > held:
+        lines.append(f"  the other {total - held}: offsets the query has not planned yet")
+    return lines
 
 
 # -- transactions ------------------------------------------------------------------------------

@@ -48,6 +48,21 @@ FILES_PENDING = (
     "docs/file-sink.md")
 
 
+def open_storage(url: str, storage_args: list[str] | None) -> tuple[Storage, str]:
+    """The backend of a command's path argument, with its ``--storage KEY=VALUE`` options
+    (object stores; the provider's own environment and credential chain fill in the rest)."""
+    from connectors.core.storage import storage_for, storage_options_from
+
+    pairs = {}
+    for kv in storage_args or []:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise ConnectorError(f"--storage {key!r}: give KEY=VALUE, e.g. endpoint=http://h:9000")
+        pairs[key.removeprefix("storage.")] = value
+    return storage_for(url, options=storage_options_from(pairs, "eo-connectors"),
+                       family="eo-connectors")
+
+
 def _is_entry(name: str) -> bool:
     for ext in (RECORD_EXT, COMMIT_EXT):
         stem = name[: -len(ext)]
@@ -182,13 +197,36 @@ def kept(kind: str) -> int | None:
     return None
 
 
-def retention_note(kind: str, seqs: list[int]) -> str | None:
+def retention_note(kind: str, seqs: list[int], newest_committed: int | None = None) -> str | None:
     """Why a log begins after 0, in one line, when its retention is the reason: it deletes
     entries only once the log holds more than it keeps, so a log that begins after 0 and
-    holds fewer began there (a query whose checkpoint had batches before this sink)."""
+    holds fewer began there (a query whose checkpoint had batches before this sink).
+
+    The rule (``WriteAheadLog.retain``): at every ``RETAIN_EVERY``-th committed seq N, the
+    entries before ``N - keep + 1`` go; so the log holds between ``keep`` and
+    ``keep + RETAIN_EVERY - 1`` entries, and which ones follows from the last committed."""
     keep = kept(kind)
     if not seqs or seqs[0] == 0 or keep is None or len(seqs) < keep:
         return None
+    newest = seqs[-1] if newest_committed is None else newest_committed
+    last_run = newest - newest % RETAIN_EVERY
     return (f"entries before {seqs[0]} were removed by retention: this log keeps its newest "
-            f"{keep}, deleting older ones at every {RETAIN_EVERY}th commit (so {keep} to "
-            f"{keep + RETAIN_EVERY - 1} are here)")
+            f"{keep}, deleting older ones at every {RETAIN_EVERY}th commit, so it holds "
+            f"{keep} to {keep + RETAIN_EVERY - 1} entries: here {len(seqs)}, {seqs[0]} to "
+            f"{seqs[-1]} (the last deletion ran at commit {last_run})")
+
+
+def commit_summary(info: dict[str, Any] | None, record: dict[str, Any]) -> str:
+    """What a commit marker holds, in one line (a sink's commit log keeps its facts of a
+    batch there: ``SinkState.record_commit``), or "" for a marker without them (a source
+    window's, whose record says it all)."""
+    if not info:
+        return ""
+    figures = {k: v for k, v in info.items() if k != "committed_ms"}
+    parts = [f"{k} {v}" for k, v in sorted(figures.items()) if v is not None]
+    when = info.get("committed_ms")
+    if isinstance(when, int):
+        stamp = datetime.fromtimestamp(when / 1000, tz=timezone.utc)
+        parts.append("committed " + stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    text = ", ".join(parts)
+    return f"; commit: {text}" if record and text else text

@@ -12,7 +12,10 @@ import socket
 import struct
 import threading
 import time
-from typing import Self
+from typing import TypeVar
+
+#: ``start`` and ``with`` give back the subclass (``typing.Self`` is Python 3.11+)
+_P = TypeVar("_P", bound="LoopbackProxy")
 
 
 class LoopbackProxy:
@@ -33,7 +36,7 @@ class LoopbackProxy:
         self._stopped = False
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
 
-    def start(self) -> Self:
+    def start(self: _P) -> _P:
         self._thread.start()
         return self
 
@@ -54,7 +57,7 @@ class LoopbackProxy:
         _hard_close(self._listener)
         self.drop_all()
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _P) -> _P:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

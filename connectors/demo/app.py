@@ -23,8 +23,6 @@ import os
 import random
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +33,7 @@ from typing import Any
 
 from connectors.core.errors import ConnectorError
 from connectors.core.options import redact_url
+from connectors.demo.runs import last_batch, run_child
 
 WORDS = (
     "apex window kafka spark stream batch commit offset sink source exactly once replay "
@@ -150,97 +149,6 @@ def _avro_serializer(registry_url: str, topic: str) -> Any:
     return lambda text: serializer({"line": text}, context)
 
 
-def _pipeline_cmd(cfg: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "connectors.demo.pipeline", json.dumps(cfg)]
-
-
-def last_batch(checkpoint: str) -> int | None:
-    """The highest batch id Spark planned (offsets log) in a checkpoint."""
-    d = os.path.join(checkpoint, "offsets")
-    ids = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
-    return max(ids) if ids else None
-
-
-def sink_progress(cfg: dict[str, Any]) -> str:
-    """One line on what each sink has committed so far (read from the sinks' own state)."""
-    from connectors.core.storage import storage_for
-    from connectors.files.sink import committed_batches
-    from connectors.kafka.sink.recovery import sink_state
-
-    parts = []
-    try:
-        files = committed_batches(cfg["files"]) if os.path.isdir(cfg["files"]) else []
-        parts.append(f"eo_files {len(files)} batches/{sum(b['rows'] or 0 for b in files)} rows")
-        kafka = sink_state(*storage_for(cfg["wal"] + "/kafka-sink")).last_committed()
-        parts.append(f"eo_kafka last batch {kafka if kafka is not None else '-'}")
-    except Exception as e:  # noqa: BLE001 - progress only; a half-written state is fine
-        parts.append(f"({type(e).__name__})")
-    spark = os.path.join(cfg["checkpoint"], "commits")
-    done = [int(n) for n in os.listdir(spark) if n.isdigit()] if os.path.isdir(spark) else []
-    parts.append(f"Spark committed batch {max(done) if done else '-'}")
-    return ", ".join(parts)
-
-
-def run_child(cfg: dict[str, Any], *, kill_at_batch: int | None, jitter: float,
-              failpoint: str | None, timeout: float, log_path: str,
-              progress: Any = None) -> tuple[int, bool]:
-    """Run the pipeline once; returns (returncode, killed).
-
-    ``kill_at_batch``: once Spark has planned that batch (its offsets file exists), wait
-    ``jitter`` seconds and SIGKILL the whole process group: a crash mid-stream at a random
-    protocol step, however fast or slow this machine is.
-    """
-    env = dict(os.environ)
-    env.pop("CONNECTORS_FAILPOINTS", None)
-    if failpoint:
-        env["CONNECTORS_FAILPOINTS"] = failpoint
-        env["CONNECTORS_FAILPOINTS_SCOPE"] = "group"
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    began = time.monotonic()
-    deadline = began + timeout
-    next_report = began + 5.0
-    killed = False
-    # Until it plans a batch or a sink commits one, the child is starting: a JVM, a session,
-    # and on a restart the recovery from the checkpoint; say so instead of a silent wait.
-    planned_before = last_batch(cfg["checkpoint"])
-    committed_before = sink_progress(cfg) if progress is not None else ""
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(  # noqa: S603 - our own module
-            _pipeline_cmd(cfg), stdout=log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True,
-        )
-        try:
-            while proc.poll() is None:
-                if time.monotonic() > deadline:
-                    raise ConnectorError(f"pipeline run exceeded {timeout}s (log: {log_path})")
-                planned = last_batch(cfg["checkpoint"])
-                if kill_at_batch is not None and (planned or -1) >= kill_at_batch:
-                    time.sleep(jitter)
-                    if proc.poll() is None:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        killed = True
-                    break
-                if progress is not None and time.monotonic() >= next_report:
-                    next_report += 5.0
-                    state = sink_progress(cfg)
-                    if planned == planned_before and state == committed_before:
-                        state = "starting Spark (its JVM and session" + (
-                            ", then the recovery from the checkpoint)" if planned_before
-                            is not None else ", then the first batch's plan)")
-                    progress(f"  {time.monotonic() - began:.0f}s: {state}")
-                time.sleep(0.05)
-            proc.wait()
-        finally:
-            try:  # reap Spark's JVM and workers whatever happened to the driver
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    if proc.returncode == -signal.SIGKILL:
-        killed = True
-    return proc.returncode, killed
-
-
 def verify(cfg: dict[str, Any], truth: Counter[str]) -> list[SinkCheck]:
     from connectors.demo.pipeline import read_files_counts, read_jdbc_counts, read_kafka_counts
 
@@ -266,6 +174,7 @@ def run_demo(args: argparse.Namespace) -> int:
     os.makedirs(workdir, exist_ok=True)
     started = time.monotonic()
     broker = registry = None
+    cfg: dict[str, Any] | None = None
     stop_broker: str | None = None
     out = sys.stderr if args.json else sys.stdout
     # flushed: into a pipe (``| tee``) or a CI log each line shows when it is said
@@ -312,6 +221,8 @@ def run_demo(args: argparse.Namespace) -> int:
             print_inspect(commands, broker_up)
         return 0 if report["ok"] else 1
     finally:
+        if cfg is not None:  # Spark's scratch of every run, the killed ones' too
+            shutil.rmtree(cfg["scratch"], ignore_errors=True)
         if registry is not None:
             registry.stop()
         if broker is not None and not args.keep_broker:
@@ -362,6 +273,8 @@ def _demo_config(args: argparse.Namespace, seed: int, workdir: str, bootstrap: s
         "registry_url": registry_url,
         "log_path": os.path.join(workdir, "pipeline.log"),
         "metrics_port": free_port(),
+        # the pipeline runs' temporary files (scratch_env), removed when the demo ends
+        "scratch": os.path.join(workdir, "scratch"),
     }
 
 
@@ -455,8 +368,10 @@ def inspect_commands(cfg: dict[str, Any], broker_up: bool) -> list[tuple[str, st
         (f"{cli} sink status --url {q(url)} --sink-id {q(cfg['sink_id'])}",
          "eo_jdbc sink: its last committed batch" + (
              " (put the password back in place of ***)" if url != cfg["db_url"] else "")),
-        (f"{cli} lag --bootstrap {q(cfg['bootstrap'])} --group {q(cfg['sink_id'])}",
-         "the source's consumer group against the input topic" + kafka_note),
+        (f"{cli} lag --bootstrap {q(cfg['bootstrap'])} --group {q(cfg['sink_id'])} "
+         f"--wal-path {q(cfg['wal'] + '/source')}",
+         "the source's consumer group against the input topic: its last window stays "
+         "pending, and shows as lag, until a next run" + kafka_note),
         (f"{cli} transactions --bootstrap {q(cfg['bootstrap'])} --topic {q(cfg['out_topic'])} "
          f"--sink-id {q(cfg['sink_id'])}",
          "open transactions on the output topic (none: this demo's Kafka sink uses recovery "

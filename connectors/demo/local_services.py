@@ -29,10 +29,13 @@ def start_broker(workdir: str, say: Say) -> LocalBroker:
     from connectors.demo.services import maven
     from connectors.demo.services.kafka import start_local_kafka
 
-    if maven.java_and_maven() is None:  # else start_local_kafka falls back to tansu, saying why
-        say(f"resolving Apache Kafka's jars with Maven (the first run downloads them from "
-            f"Maven Central; cached in {maven.cache_root()})...")
-        _timed(say, "resolved", lambda: maven.resolve("kafka", progress=_indented(say)))
+    # else start_local_kafka falls back to tansu, saying why; once resolved, the jars are
+    # cached and a run says nothing of Maven
+    if maven.java_and_maven() is None and maven.cached("kafka") is None:
+        say(f"resolving Apache Kafka's jars with Maven (a first run downloads them from "
+            f"Maven Central, a minute or so; cached in {maven.cache_root()})...")
+        _timed(say, "resolved Apache Kafka's jars",
+               lambda: maven.resolve("kafka", progress=_indented(say)))
     say("starting a local Kafka broker...")
     began = time.monotonic()
     broker = start_local_kafka(workdir, progress=_indented(say))
@@ -46,9 +49,10 @@ def start_registry(workdir: str, say: Say) -> LocalRegistry:
     run), then started."""
     from connectors.demo.services import maven, registry
 
-    say(f"preparing the Schema Registry (Apicurio; the first run builds it with Maven from "
-        f"Maven Central, a few minutes; cached in {maven.cache_root()})...")
-    _timed(say, "built", lambda: registry.build(progress=_indented(say)))
+    if registry.cached() is None:
+        say(f"building the Schema Registry (Apicurio) with Maven (a first run downloads it "
+            f"from Maven Central, a few minutes; cached in {maven.cache_root()})...")
+        _timed(say, "built the Schema Registry", lambda: registry.build(progress=_indented(say)))
     say("starting a local Schema Registry...")
     began = time.monotonic()
     local = registry.LocalRegistry(workdir=os.path.join(workdir, "registry")).start(
@@ -58,11 +62,10 @@ def start_registry(workdir: str, say: Say) -> LocalRegistry:
 
 
 def _timed(say: Say, done: str, step: Callable[[], object]) -> None:
+    """``step()``, then a line that says it finished and how long it took."""
     began = time.monotonic()
     step()
-    took = time.monotonic() - began
-    if took >= 1.0:
-        say(f"  {done} in {took:.0f}s")
+    say(f"  {done} in {time.monotonic() - began:.0f}s")
 
 
 def _indented(say: Say) -> Say:

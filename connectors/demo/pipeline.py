@@ -8,6 +8,7 @@ The ``read_*_counts`` functions are the demo's independent verification readers.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from typing import Any
@@ -89,14 +90,25 @@ def main(cfg: dict[str, Any]) -> None:
 
     import connectors
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("eo-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    if cfg.get("scratch"):
+        # Spark's scratch (spark-*, blockmgr-*, artifacts-*) and the JVM's temporary files
+        # (lz4-java's liblz4-java-*.so) under the demo's work directory: a SIGKILLed run
+        # leaves them there, and the demo removes them at its end; no JVM perf data in
+        # /tmp/hsperfdata_<user> (connectors.demo.runs.scratch_env)
+        scratch = os.path.abspath(cfg["scratch"])
+        os.makedirs(os.path.join(scratch, "jvm"), exist_ok=True)
+        builder = (builder.config("spark.local.dir", os.path.join(scratch, "spark"))
+                   .config("spark.driver.extraJavaOptions",
+                           f"-Djava.io.tmpdir={os.path.join(scratch, 'jvm')} "
+                           "-XX:-UsePerfData"))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     connectors.register(spark)
     serve_metrics(spark, cfg.get("metrics_port"))

@@ -40,7 +40,7 @@ from connectors.core.sink_state import SinkState
 from connectors.core.storage import LocalStorage, Storage, storage_for
 from connectors.core.wal import WriteAheadLog
 from connectors.files.formats import RollingWriter, WrittenFile, check_partition_columns
-from connectors.files.options import FILE_SINK_OPTIONS, FileSinkOptions
+from connectors.files.options import FAMILY, FILE_SINK_OPTIONS, FileSinkOptions
 from connectors.files.placement import STAGING_DIR, Placement, placement_for
 from connectors.monitoring import channel
 
@@ -122,7 +122,7 @@ class FileSink(BatchSink):
     after the files are durable.
     """
 
-    family = "files"
+    family = FAMILY
 
     @checked_arguments(FILE_SINK_OPTIONS)
     def __init__(
@@ -180,7 +180,7 @@ class FileSink(BatchSink):
         state.check_storage()  # on a remote store the probe's create is the clearest check
         if not local:
             self.options.check_path()
-        state.check_owner("eo_files", self.sink_id)
+        state.check_owner(FAMILY, self.sink_id)
         _CHECKED.add(key)
 
     def _check_columns(self, schema: pa.Schema) -> None:
@@ -256,7 +256,7 @@ class FileSink(BatchSink):
         return self.state.is_committed(batch_id)
 
     def admit(self, batch_id: int, state: SinkState | None = None) -> bool:
-        return (state or self.state).admit("eo_files", self.sink_id, batch_id)
+        return (state or self.state).admit(FAMILY, self.sink_id, batch_id)
 
     def batch_offset(self) -> int:
         return self.state.batch_offset()
@@ -272,7 +272,7 @@ class FileSink(BatchSink):
             log.info("eo_files: batch %d already committed; dropping what its replay wrote",
                      batch_id)
             self._cleanup(batch_id, wal.get(batch_id))
-            channel.replay_event("eo_files", self.sink_id, batch_id)
+            channel.replay_event(FAMILY, self.sink_id, batch_id)
             return
         # 1.
         plan = self._plan(batch_id, messages)
@@ -319,7 +319,7 @@ class FileSink(BatchSink):
             rows,
             (time.perf_counter() - started) * 1000,
         )
-        channel.commit_event("eo_files", self.sink_id, batch_id, rows=rows, bytes=size,
+        channel.commit_event(FAMILY, self.sink_id, batch_id, rows=rows, bytes=size,
                              steps={"commit": time.perf_counter() - started})
 
     def _plan(self, batch_id: int, messages: Sequence[Any]) -> dict[str, Any]:
@@ -390,7 +390,7 @@ def sink_state(storage: Storage, path: str) -> SinkState:
     """The file sink's state under its output path: the log ``_eo_log`` (rename plans and
     commit records, the newest ``LOG_RETENTION`` kept); the owner is the newest commit's."""
     return SinkState(storage, path, log_kind=LOG_DIR, keep=LOG_RETENTION,
-                     reset_file=RESET_FILE, what="output path", family="eo_files",
+                     reset_file=RESET_FILE, what="output path", family=FAMILY,
                      reset_flag="--path")
 
 
@@ -420,8 +420,8 @@ def committed_files(path: str, *, storage_options: Mapping[str, Any] | None = No
     from connectors.core.storage import storage_options_from
 
     storage, root = storage_for(path, webhdfs_url=webhdfs_url, hdfs_user=hdfs_user,
-                                options=storage_options_from(storage_options, "eo_files"),
-                                family="eo_files")
+                                options=storage_options_from(storage_options, FAMILY),
+                                family=FAMILY)
     return sorted(storage.url(p) for p in committed_paths(storage, root))
 
 

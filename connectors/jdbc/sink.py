@@ -99,7 +99,7 @@ class JdbcSink(BatchSink):
        the next commit.
     """
 
-    family = "jdbc"
+    family = FAMILY
 
     @checked_arguments(JDBC_SINK_OPTIONS)
     def __init__(

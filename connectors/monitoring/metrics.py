@@ -48,8 +48,10 @@ QUERY_INPUT_ROWS = Counter("eo_query_input_rows_total",
 QUERY_BATCH_DURATION = Histogram("eo_query_batch_duration_seconds",
                                  "Wall time of one micro-batch (durationMs.triggerExecution)",
                                  QUERY, buckets=DURATION_BUCKETS, registry=REGISTRY)
-QUERY_LAST_BATCH = Gauge("eo_query_last_batch_id", "Spark batch id of the last progress",
-                         QUERY, registry=REGISTRY)
+QUERY_LAST_BATCH = Gauge("eo_query_last_batch_id",
+                         "Spark's batch id of the last micro-batch that ran (its progress "
+                         "event); while the query is idle Spark's lastProgress names the next "
+                         "batch, one higher, which has not run", QUERY, registry=REGISTRY)
 QUERY_LAST_PROGRESS = Gauge("eo_query_last_progress_timestamp_seconds",
                             "When the last progress event arrived (Unix time)",
                             QUERY, registry=REGISTRY)

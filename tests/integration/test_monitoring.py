@@ -8,7 +8,10 @@ Prometheus' HTTP API are checked against the known input:
 - offsets behind latest is 40 while the first run is held at batch 2 (after batches 0-1 of
   20 records each, of 100) and back to 0 after the drain;
 - the source's window commits, its WAL's files and the storage creates of both (a Python
-  worker of the driver's JVM each, spooled to the endpoint) are there.
+  worker of the driver's JVM each, spooled to the endpoint) are there;
+- a task attempt of batch 3 that fails once (a ``raise`` failpoint) counts as one failed
+  attempt of ``family="eo_jdbc"``, the family label of every other series (issue 50: it was
+  ``jdbc``), and the batch's rows once.
 """
 
 from __future__ import annotations
@@ -110,8 +113,12 @@ def test_prometheus_scrapes_the_committed_rows_and_the_lag_across_a_driver_kill(
     wait_for(lambda: prometheus.value(f'up{{instance="127.0.0.1:{metrics_port}"}}') == 0,
              timeout=30, what="Prometheus to see the killed driver's endpoint down")
 
-    # Run 2: restarted from the checkpoint, batch 2 again, then 3 and 4.
-    second = start(argv, {})
+    # Run 2: restarted from the checkpoint, batch 2 again, then 3 (whose task fails once and
+    # is retried) and 4.
+    once = tmp_path / "once"
+    once.mkdir()
+    second = start(argv, {"CONNECTORS_FAILPOINTS": "jdbc.after_stage@3!raise",
+                          "CONNECTORS_FAILPOINTS_ONCE_DIR": str(once)})
     try:
         wait_for(lambda: second.poll() is not None or (
             prometheus.value(rows) == RECORDS - 2 * PER_BATCH
@@ -121,6 +128,13 @@ def test_prometheus_scrapes_the_committed_rows_and_the_lag_across_a_driver_kill(
         assert 2 * PER_BATCH + prometheus.value(rows) == RECORDS
         assert prometheus.value(behind) == 0
         assert prometheus.value(f'eo_sink_last_committed_batch_id{{sink_id="{sink_id}"}}') == 4
+        sink = f'{{family="eo_jdbc",sink_id="{sink_id}"}}'
+        assert os.listdir(once), "batch 3's failpoint never fired"
+        wait_for(lambda: prometheus.value(f"eo_sink_failed_attempts_total{sink}") == 1,
+                 timeout=30, what="Prometheus to scrape batch 3's failed attempt as eo_jdbc's")
+        assert prometheus.value(f"count(eo_sink_failed_attempts_total{sink})") == 1
+        assert prometheus.value(
+            'count({__name__=~"eo_sink_.*",family!~"eo_jdbc|eo_kafka|eo_files"})') is None
         assert prometheus.value("sum(eo_query_input_rows_total)") == RECORDS - 2 * PER_BATCH
         wal = f'{{wal_path="{tmp_path / "wal"}"}}'
         assert (prometheus.value(f"eo_source_windows_committed_total{wal}") or 0) >= 1
@@ -138,3 +152,43 @@ def test_prometheus_scrapes_the_committed_rows_and_the_lag_across_a_driver_kill(
         query = sql.SQL('SELECT count(*), count(DISTINCT "offset") FROM {}')
         count, distinct = conn.execute(query.format(sql.Identifier(table))).fetchone()
     assert (count, distinct) == (RECORDS, RECORDS)
+
+
+def test_the_documented_attempts_alert_counts_each_failed_attempt_once(tmp_path: Path) -> None:
+    """docs/monitoring.md's ``EoSinkAttemptsFailing``, evaluated by Prometheus' own rule
+    tester (``promtool test rules``, Debian's prometheus package) on three sinks over 10
+    minutes: 3 failed transactional attempts, each counted as failed and as fenced, must not
+    fire (their sum, 6, did, issue 50); 6 failed JDBC attempts fire; 6 attempts fenced across
+    driver restarts (which restart the failed count) fire too. Every other rule of the page
+    must load."""
+    import json
+    import shutil
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        unavailable("promtool", "not on PATH (Debian package prometheus; scripts/run-tests "
+                    "installs it)")
+    assert promtool is not None
+    page = (Path(REPO) / "docs" / "monitoring.md").read_text()
+    (tmp_path / "rules.yml").write_text(page.split("```yaml", 1)[1].split("```", 1)[0])
+
+    def series(name: str, family: str, sink_id: str, n: int) -> dict[str, str]:
+        # 0 for 5 minutes, then n for the rest: n attempts failed at minute 6
+        return {"series": f'{name}{{family="{family}",sink_id="{sink_id}"}}',
+                "values": f"0x5 {n}x20"}
+
+    failed, fenced = "eo_sink_failed_attempts_total", "eo_sink_fenced_attempts_total"
+    spec = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [series(failed, "eo_kafka", "txn", 3), series(fenced, "eo_kafka", "txn", 3),
+                         series(failed, "eo_jdbc", "j", 6),
+                         series(fenced, "eo_kafka", "restarted", 6)],
+        "alert_rule_test": [{"eval_time": "10m", "alertname": "EoSinkAttemptsFailing",
+                             "exp_alerts": [
+                                 {"exp_labels": {"family": "eo_jdbc", "sink_id": "j"}},
+                                 {"exp_labels": {"family": "eo_kafka", "sink_id": "restarted"}}]}],
+    }]}
+    (tmp_path / "test.yml").write_text(json.dumps(spec))  # YAML is a superset of JSON
+    done = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

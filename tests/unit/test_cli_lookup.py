@@ -186,3 +186,37 @@ def test_lag_explains_eo_kafka_s_commit_timing_only_for_its_own_groups(
         code, out, err = lag(capsys, "--group", group)
         assert code == 0 and "total lag 6" in out, err
         assert ("AvailableNow/Once run" in out) is hinted, (group, out)
+
+
+# -- issue 50: how much of the lag is the source's pending window ---------------------------------
+def test_lag_with_the_wal_path_says_the_lag_is_the_pending_last_window(
+        fakes: Any, capsys: Any, tmp_path: Any) -> None:
+    """After a finished AvailableNow run the group stands at the last window's start: with
+    ``--wal-path`` the whole lag is named as that window, pending until the next run, not as
+    data left unread; offsets beyond it are said to be unplanned."""
+    from connectors.core.wal import WriteAheadLog
+
+    wal = WriteAheadLog.open(str(tmp_path / "wal"), "source")
+    wal.append(0, {"window": 0, "start": {"t": {"0": 0, "1": 0}}, "end": {"t": {"0": 4, "1": 2}}})
+    wal.commit(0)
+    wal.append(1, {"window": 1, "start": {"t": {"0": 4, "1": 2}}, "end": {"t": {"0": 8, "1": 4}}})
+    fakes.offsets.update({("t", 0): 4, ("t", 1): 2})  # window 0's end: 6 + 2 behind
+    code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "wal"))
+    assert code == 0, err
+    assert "total lag 8" in out
+    assert "  6 of it: window 1 of the source's WAL, PENDING." in out, out
+    assert "the sinks hold the last window's rows" in out
+    assert "  the other 2: offsets the query has not planned yet" in out
+    code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "wal"), "--json")
+    assert json.loads(out)["pending_windows"] == [{"window": 1, "lag": 6}]
+    wal.commit(1)
+    code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "wal"))
+    assert "no pending window: all 8 of the lag is offsets its query has not planned" in out
+    code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "nothing"))
+    assert code == 2 and "no eo_kafka source WAL there" in err, err
+    # a pending window the lag does not reach (the group is past it): said, never counted
+    wal.append(2, {"window": 2, "start": {"t": {"0": 8}}, "end": {"t": {"0": 9}}})
+    fakes.offsets.update({("t", 0): 10, ("t", 1): 2})
+    code, out, err = lag(capsys, "--group", "g", "--wal-path", str(tmp_path / "wal"))
+    assert "total lag 2" in out and "(window 2 of the source's WAL PENDING; none of this " \
+        "lag lies in them)" in out, out

@@ -193,15 +193,24 @@ def test_wal_show_says_retention_removed_the_older_entries(
 
     state = sink_state(LocalStorage(), str(tmp_path / "wal"))
     for b in range(25):  # retention at 10 and 20 keeps the newest KEEP_COMMITS
-        state.record_commit(b, "k", 1)
+        state.record_commit(b, "k", 100 + b)
         state.retain(b)
     code = cli.main(["wal", "show", str(tmp_path / "wal")])
     out = capsys.readouterr().out
     assert code == 0
     first = 20 - KEEP_COMMITS + 1
     assert f"entries before {first} were removed by retention: this log keeps its newest " \
-           f"{KEEP_COMMITS}, deleting older ones at every 10th commit" in out, out
+           f"{KEEP_COMMITS}, deleting older ones at every 10th commit, so it holds " \
+           f"{KEEP_COMMITS} to {KEEP_COMMITS + 9} entries: here {25 - first}, {first} to 24 " \
+           "(the last deletion ran at commit 20)" in out, out
     assert f"{first:>8}  committed" in out and f"{first - 1:>8}  committed" not in out
+    # each entry shows what its marker holds (issue 50: every one printed as {})
+    shown = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(s[0]) for s in shown] == list(range(first, 25))
+    for seq, *rest in shown:
+        assert " ".join(rest).startswith(f"committed rows {100 + int(seq)}, sink_id k, "
+                                         "committed 20"), rest
+    assert "{}" not in out
     assert cli.main(["wal", "show", str(tmp_path / "wal"), "--last", "3", "--json"]) == 0
     log = json.loads(capsys.readouterr().out)["logs"]["commits"]
     assert [e["seq"] for e in log["entries"]] == [22, 23, 24]

@@ -30,13 +30,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-import tomllib
+import tomli
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
-PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+PYPROJECT = tomli.loads((REPO / "pyproject.toml").read_text())
 OWN = {"connectors", "tests", "bench"}
 
 
@@ -118,7 +118,21 @@ def closure(extras: tuple[str, ...]) -> frozenset[str]:
 
 @cache
 def _providers() -> dict[str, list[str]]:
-    return {k: [canonicalize_name(d) for d in v] for k, v in md.packages_distributions().items()}
+    """Top-level module -> the installed distributions providing it. Python 3.10's
+    ``packages_distributions`` reads only ``top_level.txt``, which wheels built by hatchling
+    (jsonschema) or maturin do not write; the files they installed say it too, as 3.11+
+    reads them."""
+    found: dict[str, set[str]] = {}
+    for dist in md.distributions():
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        tops = (dist.read_text("top_level.txt") or "").split()
+        if not tops:
+            tops = [f.parts[0] if len(f.parts) > 1 else f.name.split(".")[0]
+                    for f in dist.files or () if f.suffix in (".py", ".so", ".pyi")
+                    and not f.parts[0].startswith("..")]
+        for top in tops:
+            found.setdefault(top, set()).add(name)
+    return {k: sorted(v) for k, v in found.items()}
 
 
 def providers(module: str) -> list[str]:

@@ -232,6 +232,24 @@ def test_a_slow_broker_start_says_what_it_is_doing(cold: Path,
     assert "s; formatting its storage; its log: " in said[-1]
 
 
+def test_the_demo_speaks_of_maven_only_while_it_resolves(cold: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first run says it resolves Apache Kafka's jars and when that finished; a run on the
+    cache says nothing of Maven (issue 50: the first-run line came on every run)."""
+    from connectors.demo.local_services import start_broker
+
+    monkeypatch.setenv("FAKE_JAVA_FAIL", "1")  # the broker's start fails at once after
+    for run in ("first", "cached"):
+        said = Lines()
+        with pytest.raises(ConnectorError):
+            start_broker(str(cold / run), said)
+        resolving = said.saying("resolving Apache Kafka's jars with Maven")
+        finished = said.saying("  resolved Apache Kafka's jars in ")
+        assert (len(resolving), len(finished)) == ((1, 1) if run == "first" else (0, 0)), said
+        assert said.saying("starting a local Kafka broker..."), said
+    assert maven.cached("kafka") is not None
+
+
 # -- the heartbeat --------------------------------------------------------------------------------
 class FakeClock:
     def __init__(self, now: float = 1000.0) -> None:

@@ -140,6 +140,37 @@ def test_an_aborted_batch_counts_once(tmp_path: Path, serving: None) -> None:
     assert value("eo_sink_batches_aborted_total", **labels) == before + 1
 
 
+@pytest.mark.parametrize("family", ["eo_jdbc", "eo_files"])
+def test_failed_and_aborted_counts_carry_the_family_of_every_other_series(
+        family: str, tmp_path: Path, serving: None) -> None:
+    """The real sinks, not a recording one: a failed attempt and an aborted batch count under
+    the same ``family`` label as the sink's commits and docs/monitoring.md's (issue 50: the
+    JDBC and file sinks counted them as ``jdbc`` and ``files``)."""
+    from connectors.files.sink import FileSink
+    from connectors.jdbc.sink import JdbcSink
+    from connectors.kafka.sink import KafkaSink
+    from connectors.spark.sink_adapter import _abort, _commit
+
+    assert {JdbcSink.family, FileSink.family, KafkaSink.family} == {
+        "eo_jdbc", "eo_files", "eo_kafka"}
+    sink_id = f"f{uuid.uuid4().hex[:8]}"
+    sink: Any
+    if family == "eo_jdbc":
+        sink = JdbcSink(f"sqlite:///{tmp_path / 'd.db'}", "t", sink_id, create_table=True)
+        sink.check_schema(pa.schema([("v", pa.int64())]))
+    else:
+        sink = FileSink(str(tmp_path / "out"), sink_id=sink_id)
+    rows = iter([pa.record_batch({"v": pa.array([1], pa.int64())})])
+    _commit(sink, 0, [_staged(0, 1, sink.stage(_task(0, 0, 1), rows))])  # attempt 0 failed
+    _abort(sink, 1, [None])
+    labelled = {s.labels["family"] for f in metrics.REGISTRY.collect() for s in f.samples
+                if s.labels.get("sink_id") == sink_id}
+    assert labelled == {family}
+    for name in ("eo_sink_failed_attempts_total", "eo_sink_batches_aborted_total",
+                 "eo_sink_batches_committed_total"):
+        assert value(name, family=family, sink_id=sink_id) == 1, name
+
+
 def _task(batch_id: int, writer: int, attempt: int) -> Any:
     from connectors.core.sink import TaskInfo
 

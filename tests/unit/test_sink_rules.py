@@ -217,16 +217,22 @@ def test_jdbc_task_of_a_lower_batch_fails_before_staging(tmp_path):
 
 
 def test_demo_progress_line_reads_every_sink_state(tmp_path):
-    from connectors.demo.app import sink_progress
+    """The demo's 5 s line names all three sinks (issue 50: eo_jdbc was missing), each read
+    from its own state, before anything is committed (no table, no log) and after."""
+    from connectors.demo.runs import sink_progress
 
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
     cfg = {"files": str(tmp_path / "files"), "wal": str(tmp_path / "wal"),
-           "checkpoint": str(tmp_path / "chk")}
-    assert sink_progress(cfg) == ("eo_files 0 batches/0 rows, eo_kafka last batch -, "
-                                  "Spark committed batch -")
+           "checkpoint": str(tmp_path / "chk"), "db_url": db, "sink_id": "d"}
+    assert sink_progress(cfg) == ("eo_jdbc last batch -, eo_kafka last batch -, "
+                                  "eo_files 0 batches/0 rows, Spark committed batch -")
+    jdbc = JdbcSink(db, "t", "d", create_table=True)
+    jdbc.check_schema(pa.schema([("id", pa.int64())]))
+    jdbc.commit(1, [jdbc.stage(TaskInfo(1, 0), iter([ids(0, 4)]))])
     sink = FileSink(cfg["files"])
     sink.commit(0, [sink.stage(TaskInfo(0, 0), iter([ids(0, 4)]))])
     kafka("k", cfg["wal"] + "/kafka-sink").commit(2, [])
     os.makedirs(os.path.join(cfg["checkpoint"], "commits"))
     open(os.path.join(cfg["checkpoint"], "commits", "2"), "w").close()
-    assert sink_progress(cfg) == ("eo_files 1 batches/4 rows, eo_kafka last batch 2, "
-                                  "Spark committed batch 2")
+    assert sink_progress(cfg) == ("eo_jdbc last batch 1, eo_kafka last batch 2, "
+                                  "eo_files 1 batches/4 rows, Spark committed batch 2")

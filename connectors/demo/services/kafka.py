@@ -207,7 +207,8 @@ class ApacheKafka:
     def _java(self, *args: str) -> list[str]:
         return [
             "java", f"-Xmx{self.heap}", "-Xss1m", "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
+            # no /tmp/hsperfdata_<user>/<pid> (jstat's), which a killed broker leaves behind
+            "-XX:-UsePerfData", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}",
             "-cp", self._classpath, *args,
         ]

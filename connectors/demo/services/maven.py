@@ -76,6 +76,12 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def cached(profile: str, properties: Mapping[str, str] | None = None) -> Path | None:
+    """The directory of ``profile``'s jars when an earlier run resolved them, else None."""
+    target = cache_root() / "jvm" / _key(profile, dict(properties or {}))
+    return target if (target / _DONE).exists() else None
+
+
 def resolve(profile: str, properties: Mapping[str, str] | None = None,
             timeout: float = 1200.0, progress: Say | None = None) -> Path:
     """The directory holding every runtime jar of ``profile``, resolved once.
@@ -86,9 +92,10 @@ def resolve(profile: str, properties: Mapping[str, str] | None = None,
     Java or Maven is missing or an artifact cannot be resolved.
     """
     props = dict(properties or {})
+    done = cached(profile, props)
+    if done is not None:
+        return done
     target = cache_root() / "jvm" / _key(profile, props)
-    if (target / _DONE).exists():
-        return target
     missing = java_and_maven()
     if missing:
         raise ConnectorError(f"cannot resolve the {profile!r} jars: {missing}")

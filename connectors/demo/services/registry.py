@@ -43,14 +43,24 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 _DONE = ".built"
 
 
+def _target() -> Path:
+    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
+    return maven.cache_root() / "registry" / f"apicurio-{digest}"
+
+
+def cached() -> Path | None:
+    """The packaged registry when an earlier run built it, else None."""
+    target = _target()
+    return target if (target / _DONE).exists() else None
+
+
 def build(timeout: float = 1800.0, progress: Say | None = None) -> Path:
     """The directory holding the packaged registry (``*-runner.jar`` and ``lib/``), built
     once per pom content; ``progress`` gets a line at least every 10 s of a build (default:
     logged at INFO). Raises :class:`ConnectorError` naming the build, Maven's log and its
     last lines on failure."""
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
-    target = maven.cache_root() / "registry" / f"apicurio-{digest}"
-    if (target / _DONE).exists():
+    target = _target()
+    if cached() is not None:
         return target
     missing = maven.java_and_maven()
     if missing:

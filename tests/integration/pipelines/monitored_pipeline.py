@@ -7,7 +7,8 @@ so its counts reach the endpoint through the spool (connectors/monitoring/channe
 path a user's ``writeStream`` takes. ``trigger(availableNow=True)`` with
 ``maxOffsetsPerTrigger=--per-batch``; when the backlog is written it prints
 ``PIPELINE DONE`` and keeps serving until the file ``--hold`` exists (the test has read the
-last values through Prometheus), at most 120 s.
+last values through Prometheus), at most 120 s. Spark runs each task up to twice
+(``local[2,2]``), so a task attempt failed by a ``raise`` failpoint is retried.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def main(argv: list[str]) -> int:
     from connectors import monitoring
     from tests.integration.pipelines.common import kafka_stream, pipeline_spark
 
-    spark = pipeline_spark("monitored", "local[2]", "WARN")
+    # two attempts per task, as on a cluster: a task attempt failed once is retried
+    spark = pipeline_spark("monitored", "local[2,2]", "WARN")
     server = monitoring.serve(spark, port=args.port)
     print(f"METRICS {server.url}", flush=True)
     df = kafka_stream(spark, args.bootstrap, args.topic, args.per_batch,
