@@ -3,7 +3,7 @@
 - ``_keyed_produce``: the recovery-key mode's produce loop
   (connectors/kafka/sink/_keyed_produce.c);
 - ``_record_batch``: Kafka record batches built from Arrow buffers, both modes' wire path,
-  and the row hash of the recovery-key mode's order (connectors/kafka/sink/_record_batch.c);
+  and the row hash of the recovery-key mode's order (connectors/kafka/wire/_record_batch.c);
 - ``_avro_decode``: the source's columnar decoding of flat Avro records
   (connectors/kafka/registry/_avro_decode.c); without it fastavro decodes every record.
 
@@ -21,8 +21,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "connectors.kafka.sink._record_batch",
-            ["connectors/kafka/sink/_record_batch.c"],
+            "connectors.kafka.wire._record_batch",
+            ["connectors/kafka/wire/_record_batch.c"],
             optional=True,
         ),
         Extension(

@@ -286,7 +286,9 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
     ``maxOffsetsPerTrigger`` that spreads the topic over ``batches`` + 1 windows. Window:
     ``next_window`` + ``ranges`` + ``commit`` of the planner ``KafkaWindows`` drives. Median
     milliseconds of the steady batches (the first, which connects, is left out), and the
-    Kafka requests of one batch, counted from librdkafka's protocol debug log."""
+    Kafka requests of one batch: librdkafka's, counted from its protocol debug log, and the
+    wire client's, counted where it sends (``Connection.send``; the same count on a checkout
+    before the cluster object existed, so two checkouts compare)."""
     import collections
     import logging
     import re
@@ -298,6 +300,7 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
     from connectors.kafka.common import LIBRDKAFKA_LOG
     from connectors.kafka.source.options import KafkaSourceOptions
     from connectors.kafka.source.planner import KafkaPlanner
+    from connectors.kafka.wire import protocol
     from connectors.spark.kafka_source import stream_reader
 
     sent: collections.Counter[str] = collections.Counter()
@@ -308,15 +311,23 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
             if found:
                 sent[found.group(1)] += 1
 
+    send = protocol.Connection.send
+
+    def counted(self: Any, api: int, *args: Any, **kwargs: Any) -> int:
+        sent[f"{protocol.API_NAMES.get(api, api)} (wire)"] += 1
+        return send(self, api, *args, **kwargs)
+
     def drain(clusters: Any) -> dict[str, int]:
         # librdkafka hands its log lines to Python when a client is polled
-        for client in [*clusters._admins.values(), *clusters._committers.values()]:
+        for client in [*getattr(clusters, "_admins", {}).values(),
+                       *clusters._committers.values()]:
             client.poll(0.2)
         counts = dict(sent)
         sent.clear()
         return counts
 
     handler, level = Count(), LIBRDKAFKA_LOG.level
+    protocol.Connection.send = counted  # type: ignore[method-assign]
     LIBRDKAFKA_LOG.addHandler(handler)
     LIBRDKAFKA_LOG.setLevel(logging.DEBUG)
     per = str(max(1, rows // (batches + 1)))
@@ -367,6 +378,7 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
                 requests["window"] = counts
         planner.close()
     finally:
+        protocol.Connection.send = send  # type: ignore[method-assign]
         LIBRDKAFKA_LOG.removeHandler(handler)
         LIBRDKAFKA_LOG.setLevel(level)
     out: dict[str, Any] = {f"plan_{k}_ms": round(1000 * statistics.median(v), 2)
@@ -391,6 +403,9 @@ def main() -> None:
     ap.add_argument("--rss-rows", type=int, default=None,
                     help="records of the second memory measurement (default 4x --rows; 0: skip)")
     ap.add_argument("--skip-jvm", action="store_true", help="no Spark JVM Kafka source run")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="only the driver's cost per micro-batch (no Spark read): its plan_* "
+                         "figures and requests, for comparing two checkouts quickly")
     ap.add_argument("--profile", metavar="PREFIX",
                     help="also profile one eo_kafka read with py-spy; raw stacks to PREFIX.<pid>")
     args = ap.parse_args()
@@ -404,6 +419,11 @@ def main() -> None:
         produce(bootstrap, topic, args.rows, args.partitions, args.value_bytes)
         print(f"produced {args.rows} records in {time.perf_counter() - t0:.1f}s", flush=True)
 
+        if args.plan_only:
+            plan = planning_cost(bootstrap, topic, args.rows)
+            print("RESULT " + json.dumps({"bench": "source_throughput_plan", "rows": args.rows,
+                                          "partitions": args.partitions, **plan}), flush=True)
+            return
         # The JVM baseline first, in its own process, so the two Spark JVMs never overlap.
         jvm: list[float] = []
         versions = "skipped"

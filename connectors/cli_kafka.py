@@ -54,8 +54,10 @@ STABLE_WAIT = 5.0
 
 def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Committed offsets of ``--group`` against the partitions' ends, read without changing
-    anything (``kafka/lookup``: no admin ListConsumerGroupOffsets, no topic created)."""
-    from connectors.kafka import access, lookup
+    anything (``kafka/lookup``: no admin ListConsumerGroupOffsets, no topic created; the ends
+    from the process's cluster object, ``kafka/clients``: one ListOffsets per leader, all at
+    once)."""
+    from connectors.kafka import access, clients, lookup
     from connectors.kafka.common import LIBRDKAFKA_LOG
 
     conf: dict[str, Any] = {**kafka_settings(args), "bootstrap.servers": args.bootstrap,
@@ -64,10 +66,13 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     def named(call: Any, resource: str, request: str, topic: str = "") -> Any:
         try:
             return call()
-        except lookup.LookupFailed as e:
+        except (lookup.LookupFailed, ConnectorError) as e:
+            if isinstance(e, lookup.TopicNotFound):
+                raise
             needs = [a.bind(group=args.group, topic=topic) for a in access.ROLES["lag"]
                      if a.resource == resource]
-            denied = access.denied(e.cause, who="lag", conf=conf, needs=needs, request=request)
+            cause = e.cause if isinstance(e, lookup.LookupFailed) else e
+            denied = access.denied(cause, who="lag", conf=conf, needs=needs, request=request)
             if denied is not None:
                 raise ConnectorError(denied) from None
             raise ConnectorError(
@@ -115,8 +120,15 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
                 "commits after its first batch), a mistyped --group, or offsets expired "
                 "after the broker's offsets.retention.minutes")
         first = next(iter(offsets))[0]
-        ends = named(lambda: lookup.ends(looker, sorted(offsets), args.timeout), "TOPIC",
-                     "ListOffsets of the group's partitions", first)
+
+        def ends_now() -> dict[tuple[str, int], int]:
+            with clients.lease(conf) as kafka:
+                return kafka.list_offsets(
+                    dict.fromkeys(sorted(offsets), -1), committed=False, who="lag",
+                    error=ConnectorError, timeout=args.timeout,
+                    what=f"lag: ListOffsets of {len(offsets)} partition(s)")
+
+        ends = named(ends_now, "TOPIC", "ListOffsets of the group's partitions", first)
     finally:
         group.close()
         looker.close()

@@ -61,6 +61,12 @@ class KafkaSinkError(ConnectorError):
     """The ``eo_kafka`` writer failed: delivery error, unsafe producer settings, bad input."""
 
 
+class KafkaClientError(ConnectorError):
+    """The project's own Kafka client (``connectors/kafka/wire``) met an error answer or a
+    broker it could not reach; the connectors wrap it in their family's error where they
+    say what to do."""
+
+
 class JdbcSinkError(ConnectorError):
     """The ``eo_jdbc`` writer failed: schema mismatch, database error, protocol violation."""
 

@@ -86,14 +86,18 @@ def run(args: argparse.Namespace, settings: dict[str, str],
 
         conf: dict[str, Any] = {**settings, "bootstrap.servers": args.bootstrap,
                                 "logger": LIBRDKAFKA_LOG}
-        found, admin = cluster.cluster_checks(conf, args.timeout)
+        found, held = cluster.cluster_checks(conf, args.timeout)
         checks += found
         names = {k: v for k, v in (("topic", args.topic), ("group", args.group),
                                    ("sink_id", args.sink_id)) if v}
         if args.sink_id:
             names["facts_topic"] = args.facts_topic
-        if admin is not None:
-            checks += cluster.acl_checks(admin, conf, names, args.timeout, args.role or ())
+        if held is not None:
+            try:
+                checks += cluster.acl_checks(held.client, conf, names, args.timeout,
+                                             args.role or ())
+            finally:
+                held.release()
     if storage is not None:
         from connectors.core.options import redact_url
 

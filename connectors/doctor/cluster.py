@@ -43,7 +43,8 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
                  timeout: float) -> Check:
     """One broker's ``ApiVersions`` (sent before any login, as Kafka allows), and what it
     serves of what the sink needs."""
-    from connectors.kafka.sink import wire
+    from connectors.kafka.wire import requests
+    from connectors.kafka.wire.producer import VERIFYING_ADD_PARTITIONS
     from connectors.kafka.wire.protocol import (
         ADD_PARTITIONS,
         API_NAMES,
@@ -51,8 +52,8 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
         INIT_PRODUCER_ID,
         VERSIONS,
         Connection,
-        Settings,
     )
+    from connectors.kafka.wire.settings import Settings
 
     name = f"broker {node} ({host}:{port})"
     settings = dataclasses.replace(Settings.of({**conf, "bootstrap.servers": f"{host}:{port}"}),
@@ -61,9 +62,8 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
     try:
         conn = Connection(host, port, settings)
         try:
-            r = conn.call(API_VERSIONS, b"", timeout)
-            error = r.take(">h")
-            ranges = {k: (lo, hi) for k, lo, hi in r.array(lambda: r.take(">hhh"))}
+            error, ranges = requests.read_api_versions_v0(conn.call(
+                API_VERSIONS, requests.api_versions_v0(), timeout, version=0))
         finally:
             conn.close()
     except (OSError, ConnectorError) as e:
@@ -78,7 +78,7 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
         return Check("kafka", name, FAIL, f"{kafka}: no InitProducerId, so no idempotent or "
                      "transactional producer", "the Kafka sink needs Kafka 0.11 or later; "
                      "upgrade the cluster")
-    verifies = ranges[ADD_PARTITIONS][1] >= wire.VERIFYING_ADD_PARTITIONS
+    verifies = ranges[ADD_PARTITIONS][1] >= VERIFYING_ADD_PARTITIONS
     missing = [f"{API_NAMES[a]} v{v}" for a, v in VERSIONS.items()
                if not ranges.get(a, (1, 0))[0] <= v <= ranges.get(a, (1, 0))[1]]
     found = (f"{kafka} (from ApiVersions): idempotent and transactional producer served; "
@@ -101,19 +101,19 @@ def broker_check(node: int, host: str, port: int, conf: Mapping[str, Any],
 
 
 def cluster_checks(conf: Mapping[str, Any], timeout: float) -> tuple[list[Check], Any]:
-    """The cluster's brokers and each one's versions; also the admin client that asked (None:
-    no answer). The first request is the connectors' own (``kafka/connect.first_contact``):
-    a failed login or a protocol mismatch is named within seconds, silence at ``timeout``."""
-    from connectors.kafka.connect import first_contact, watched_admin
+    """The cluster's brokers and each one's versions; also the process's cluster object that
+    asked (:class:`connectors.kafka.clients.KafkaCluster`, leased: the caller releases it;
+    None: no answer). The first request is the connectors' own (its ``first_contact``): a
+    failed login or a protocol mismatch is named within seconds, silence at ``timeout``."""
+    from connectors.kafka import clients
 
     bootstrap = str(conf.get("bootstrap.servers"))
-    admin = watched_admin(conf)
+    held = clients.acquire(conf)
     try:
         # Metadata of every topic: a request that names none creates none.
-        meta = first_contact(admin, lambda left: admin.list_topics(timeout=left),
-                             timeout=timeout, who="doctor", bootstrap=bootstrap, conf=conf,
-                             error=ConnectorError)
+        meta = held.client.first_contact(who="doctor", timeout=timeout, error=ConnectorError)
     except ConnectorError as e:
+        held.release()
         said = str(e).replace(f"connectTimeout={timeout:g}s", f"--timeout {timeout:g}s")
         return [Check("kafka", "cluster", FAIL, said)], None
     brokers = sorted(meta.brokers.values(), key=lambda b: b.id)
@@ -121,19 +121,19 @@ def cluster_checks(conf: Mapping[str, Any], timeout: float) -> tuple[list[Check]
                     f"{bootstrap}: {len(brokers)} broker(s) {[b.id for b in brokers]}, "
                     f"controller {meta.controller_id}, cluster id {meta.cluster_id}")]
     checks += [broker_check(b.id, b.host, b.port, conf, timeout) for b in brokers]
-    return checks, admin
+    return checks, held
 
 
 # -- ACLs ------------------------------------------------------------------------------------
-def acl_checks(admin: Any, conf: Mapping[str, Any], names: Mapping[str, str], timeout: float,
-               only: Sequence[str] = ()) -> list[Check]:
+def acl_checks(kafka: Any, conf: Mapping[str, Any], names: Mapping[str, str],
+               timeout: float, only: Sequence[str] = ()) -> list[Check]:
     """Each role of ``ROLES`` (those in ``only``, if given) whose names are all given: every
     ACL held or missing, from one Describe (with the principal's authorized operations) of
-    each topic and group; ``admin`` an ``AdminClient`` of ``conf``. A Describe never creates
-    a topic (librdkafka asks without auto-creation); the metadata listing cannot stand in
-    for it, as it leaves out the topics the principal may not describe."""
-    from confluent_kafka import TopicCollection
-
+    each topic and group; ``kafka`` the process's cluster object of ``conf``
+    (:class:`connectors.kafka.clients.KafkaCluster`: the wire client's Metadata v8 and
+    DescribeGroups v3, as the connectors' own preflight asks, else librdkafka's admin
+    client). A Describe never creates a topic; the metadata listing cannot stand in for it,
+    as it leaves out the topics the principal may not describe."""
     from connectors.kafka import access
 
     roles = {role: [a.bind(**names) for a in acls] for role, acls in access.ROLES.items()
@@ -152,17 +152,7 @@ def acl_checks(admin: Any, conf: Mapping[str, Any], names: Mapping[str, str], ti
                      if a.resource == "TOPIC"})
     groups = sorted({_concrete(a) for acls in roles.values() for a in acls
                      if a.resource == "GROUP"})
-    held: dict[tuple[str, str], set[str] | str] = {}
-    if topics:
-        futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout,
-                                        include_authorized_operations=True)
-        for t, f in futures.items():
-            held[("TOPIC", t)] = _ops(f, timeout)
-    if groups:
-        futures = admin.describe_consumer_groups(groups, request_timeout=timeout,
-                                                 include_authorized_operations=True)
-        for g, f in futures.items():
-            held[("GROUP", g)] = _ops(f, timeout)
+    held = _described(kafka, topics, groups, timeout)
     checks = []
     for role, bound in roles.items():
         have: list[str] = []
@@ -209,6 +199,51 @@ def _fields(acl: Any) -> set[str]:
 def _concrete(acl: Any) -> str:
     """A name a prefixed ACL covers (the first writer's group), as the preflight asks."""
     return acl.name + "0" if acl.pattern == "PREFIXED" else acl.name
+
+
+def _described(kafka: Any, topics: list[str], groups: list[str],
+               timeout: float) -> dict[tuple[str, str], set[str] | str]:
+    """The operations the principal holds on each topic and group, or why none."""
+    from connectors.kafka.wire import admin
+    from connectors.kafka.wire.protocol import ERRORS, WireError
+
+    held: dict[tuple[str, str], set[str] | str] = {}
+    wire = kafka.lookups()
+    if wire is None:  # a login the wire client does not speak: librdkafka's admin client
+        from confluent_kafka import TopicCollection
+
+        client = kafka.admin()
+        if topics:
+            futures = client.describe_topics(TopicCollection(topics), request_timeout=timeout,
+                                             include_authorized_operations=True)
+            held.update((("TOPIC", t), _ops(f, timeout)) for t, f in futures.items())
+        if groups:
+            futures = client.describe_consumer_groups(groups, request_timeout=timeout,
+                                                      include_authorized_operations=True)
+            held.update((("GROUP", g), _ops(f, timeout)) for g, f in futures.items())
+        return held
+
+    def verdict(code: int, bits: int | None) -> set[str] | str:
+        if code in (29, 30):  # TOPIC_ or GROUP_AUTHORIZATION_FAILED
+            return "denied (not even DESCRIBE)"
+        if code == 3:
+            return "does not exist here (nothing was created)"
+        if code:
+            return f"no answer ({ERRORS.get(code, code)})"
+        return admin.operations(bits)
+
+    try:
+        if topics:
+            for t, meta in admin.describe_topics(wire, topics, timeout, "doctor").items():
+                held[("TOPIC", t)] = verdict(meta.error, meta.authorized)
+        if groups:
+            for g, group in admin.describe_groups(wire, groups, timeout, "doctor").items():
+                held[("GROUP", g)] = verdict(group.error if group.error != 69 else 0,
+                                             group.authorized)
+    except WireError as e:
+        for key in [("TOPIC", t) for t in topics] + [("GROUP", g) for g in groups]:
+            held.setdefault(key, f"no answer ({e})")
+    return held
 
 
 def _ops(future: Any, timeout: float) -> set[str] | str:

@@ -62,7 +62,7 @@ def _dist_version(dist: str) -> str | None:
 #: The optional C extensions (setup.py builds each where a C compiler is; a unit test holds
 #: this table to setup.py): module -> (what it does when built, what happens without it).
 EXTENSIONS = {
-    "connectors.kafka.sink._record_batch": (
+    "connectors.kafka.wire._record_batch": (
         "Kafka record batches are encoded from Arrow buffers in C: the Kafka sink's wire path "
         "(wireProduce)",
         "the Kafka sink produces through librdkafka, whatever wireProduce says (same records, "
@@ -124,7 +124,8 @@ def _python_check(version: str) -> Check:
 
 def extension_checks(kafka_conf: Mapping[str, Any]) -> list[Check]:
     """The C extensions, and the produce path the Kafka sink takes with them."""
-    from connectors.kafka.sink import batch_produce, wire
+    from connectors.kafka import clients
+    from connectors.kafka.sink import batch_produce
     from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
 
     checks = []
@@ -142,7 +143,7 @@ def extension_checks(kafka_conf: Mapping[str, Any]) -> list[Check]:
         else:
             checks.append(Check("install", name, OK, f"built: {built}"))
     default = next(o.default for o in KAFKA_SINK_OPTIONS if o.spark == "wireProduce")
-    why = wire.unsupported(dict(kafka_conf))
+    why = clients.produce_refusal(dict(kafka_conf))
     name = "Kafka sink produce path"
     if not default:
         checks.append(Check("install", name, OK, "librdkafka (wireProduce=false, the "

@@ -1,6 +1,7 @@
 """Read-only lookups for the operator's commands (``eo-connectors lag``, ``transactions``):
-a topic's partitions, a consumer group's committed offsets, partition ends. None of them can
-change the cluster they look at, and none can take the process down.
+a topic's partitions, a consumer group's committed offsets (the partitions' ends come from
+the process's cluster object, ``kafka/clients``). None of them can change the cluster they
+look at, and none can take the process down.
 
 - **No topic is ever created by a lookup.** A metadata request that names a topic creates it
   on a broker with ``auto.create.topics.enable=true`` (Kafka's default) when the client
@@ -210,33 +211,6 @@ def _queued_error(client: Any) -> Exception | None:
         if err is not None and not is_transient(KafkaException(err)):
             return KafkaException(err)
     return None
-
-
-def ends(client: Any, partitions: Iterable[tuple[str, int]],
-         timeout: float) -> dict[tuple[str, int], int]:
-    """The end of each partition for ``client``'s isolation level: the last stable offset
-    for ``read_committed`` (where such a reader stops), else the high watermark."""
-    from confluent_kafka import TopicPartition
-
-    deadline = time.monotonic() + timeout
-    out: dict[tuple[str, int], int] = {}
-    for t, p in partitions:
-        tp = TopicPartition(t, p)
-
-        def end(tp: Any = tp) -> int:
-            return int(client.get_watermark_offsets(tp, timeout=_left(deadline))[1])
-
-        out[(t, p)] = ask(end, f"end of {t}[{p}]", max(0.1, deadline - time.monotonic()),
-                          transient=_transient_for_a_known_partition)
-    return out
-
-
-def _transient_for_a_known_partition(exc: BaseException) -> bool:
-    """:func:`is_transient`, and librdkafka's local ``_UNKNOWN_PARTITION``: asked about a
-    partition the caller has just seen in metadata, librdkafka answers it while the leader
-    moves (a node stopped, in the cluster tier)."""
-    err = kafka_error(exc)
-    return is_transient(exc) or (err is not None and str(err.name()) == "_UNKNOWN_PARTITION")
 
 
 def error_name(exc: BaseException) -> str | None:

@@ -8,7 +8,6 @@ when its answer stays unknown, and not asked again on a cluster that grants ever
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,18 +16,12 @@ from connectors.kafka import access
 
 log = logging.getLogger(__name__)
 
-#: Bootstrap lists of clusters whose every Describe granted every operation: no authorizer
-#: (Kafka then reports all operations as authorized) or a super user. No ACL can be missing
-#: there, so the preflight asks nothing more in this process.
-_ALL_ALLOWED: set[str] = set()
 #: The operations Kafka reports for a topic or group when nothing is denied.
 _ALL_OPERATIONS = {
     "TOPIC": {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS",
               "ALTER_CONFIGS"},
     "GROUP": {"READ", "DESCRIBE", "DELETE"},
 }
-#: (bootstrap servers, why) of clusters whose check was skipped, logged once.
-_SKIPPED: set[tuple[str, str]] = set()
 #: The longest one request of the preflight may take before it is asked again.
 PREFLIGHT_REQUEST_TIMEOUT = 10.0
 
@@ -57,43 +50,36 @@ def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]],
     if the answer is still unknown then, the check is skipped with a warning (a missing ACL
     still fails the first request that needs it, naming it). Only an answer that says
     "denied" fails here."""
-    from connectors.kafka.wire.cluster import Cluster
+    from connectors.kafka import clients
     from connectors.kafka.wire.protocol import RETRIABLE, WireError
-    from connectors.kafka.wire.settings import Settings, connection_unsupported
 
     topics = sorted({n for a, n in checks if a.resource == "TOPIC"})
     groups = sorted({n for a, n in checks if a.resource == "GROUP"})
     if not topics and not groups:
         return
-    servers = str(conf.get("bootstrap.servers", ""))
-    if servers in _ALL_ALLOWED:
-        return
-    why = connection_unsupported(conf)
-    if why is not None:
-        if (servers, why) not in _SKIPPED:
-            _SKIPPED.add((servers, why))
-            log.info("%s: the ACL check before the first read or write is skipped: the wire "
-                     "client does not connect with %s; a missing ACL fails the first request "
-                     "that needs it, naming it", who, why)
-        return
-    settings = Settings.of(conf, client_id="eo-kafka-preflight")
-    settings = dataclasses.replace(
-        settings, socket_timeout=max(1.0, min(timeout, PREFLIGHT_REQUEST_TIMEOUT)))
-    cluster = Cluster(settings, who, retry_timeout if retry_timeout is not None else timeout)
-    try:
-        got = _describe(cluster, topics, groups, who)
-    except WireError as e:
-        if e.code not in RETRIABLE:
-            raise error(f"{who}: checking ACLs before the first read or write: {e}") from e
-        log.warning("%s: the ACL check is skipped, its answer is unknown (%s); a missing ACL "
-                    "fails the first request that needs it, naming it", who, e)
-        return
-    finally:
-        cluster.close()
-    if got and all(isinstance(answer, set) and _ALL_OPERATIONS[kind] <= answer
-                   for (kind, _), answer in got.items()):
-        _ALL_ALLOWED.add(servers)
-        return
+    with clients.lease(conf) as kafka:
+        wire = kafka.lookups()
+        if kafka.grants_everything:
+            return
+        if wire is None:
+            clients.note_once(f"{who}: the ACL check before the first read or write is "
+                              f"skipped on {kafka.bootstrap}: the wire client does not "
+                              f"connect with {kafka.wire_refusal}; a missing ACL fails the "
+                              "first request that needs it, naming it")
+            return
+        budget = retry_timeout if retry_timeout is not None else timeout
+        try:
+            got = _describe(wire, topics, groups, who, budget)
+        except WireError as e:
+            if e.code not in RETRIABLE:
+                raise error(f"{who}: checking ACLs before the first read or write: {e}") from e
+            log.warning("%s: the ACL check is skipped, its answer is unknown (%s); a missing "
+                        "ACL fails the first request that needs it, naming it", who, e)
+            return
+        if got and all(isinstance(answer, set) and _ALL_OPERATIONS[kind] <= answer
+                       for (kind, _), answer in got.items()):
+            kafka.grants_everything = True
+            return
     missing = _missing(checks, got)
     if missing:
         from confluent_kafka import KafkaError, KafkaException
@@ -110,20 +96,22 @@ def preflight(conf: Mapping[str, Any], checks: Sequence[tuple[access.Acl, str]],
 Answer = set[str] | Exception | None
 
 
-def _describe(cluster: Any, topics: list[str], groups: list[str],
-              who: str) -> dict[tuple[str, str], Answer]:
+def _describe(cluster: Any, topics: list[str], groups: list[str], who: str,
+              timeout: float) -> dict[tuple[str, str], Answer]:
     from connectors.kafka.wire import admin
     from connectors.kafka.wire.protocol import WireError
 
     got: dict[tuple[str, str], Answer] = {}
-    for name, meta in (admin.describe_topics(cluster, topics) if topics else {}).items():
+    described = admin.describe_topics(cluster, topics, timeout, who) if topics else {}
+    for name, meta in described.items():
         if meta.error == 3:  # UNKNOWN_TOPIC_OR_PARTITION: the caller's rules apply
             got[("TOPIC", name)] = None
         elif meta.error in access.AUTHORIZATION_CODE.values():
             got[("TOPIC", name)] = WireError(f"{who}: Metadata of {name!r}", meta.error)
         else:
             got[("TOPIC", name)] = admin.operations(meta.authorized)
-    for name, group in (admin.describe_groups(cluster, groups) if groups else {}).items():
+    groups_found = admin.describe_groups(cluster, groups, timeout, who) if groups else {}
+    for name, group in groups_found.items():
         if group.error in access.AUTHORIZATION_CODE.values():
             got[("GROUP", name)] = WireError(f"{who}: DescribeGroups of {name!r}", group.error)
         elif group.error or group.authorized is None:

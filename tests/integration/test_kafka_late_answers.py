@@ -72,7 +72,7 @@ def test_every_broker_version_keeps_a_late_produce_once(versioned, tmp_path, cap
     transactions v2 (KIP-890 part 2), 4.4.0 has it finalized: each takes its own."""
     version, broker, proxy = versioned
     proxy.clear()
-    caplog.set_level(logging.INFO, logger="connectors.kafka.sink.wire")
+    caplog.set_level(logging.INFO, logger="connectors.kafka")
     topic = f"v{version.replace('.', '')}-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, 4)
     sink = _sink(broker.bootstrap, tmp_path, topic, transactional, wire,

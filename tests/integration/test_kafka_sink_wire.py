@@ -1,5 +1,5 @@
 """The transactional sink's wire path on Apache Kafka: record batches built from Arrow
-buffers, sent with Kafka's own requests (connectors/kafka/sink/wire.py; docs/design.md,
+buffers, sent with Kafka's own requests (connectors/kafka/wire/producer.py; docs/design.md,
 "Record batches on the wire").
 
 test_kafka_sink_transactional.py runs every transactional step on this path too (it is the
@@ -18,7 +18,10 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.sink import TaskInfo
-from connectors.kafka.sink import KafkaSink, producers, wire
+from connectors.kafka.sink import KafkaSink, producers
+from connectors.kafka.sink.wire_transport import Held
+from connectors.kafka.wire import record_batch
+from connectors.kafka.wire.protocol import WireError
 from tests.helpers import assert_topic_exact, read_topic, scan_topic
 
 
@@ -48,7 +51,7 @@ def test_chunks_and_split_batches_write_what_librdkafka_writes(
     """Small chunks (many Produce rounds per task) and a small ``message.max.bytes`` (many
     batches per partition and round): each partition holds the same records in the same
     order as librdkafka writes them."""
-    monkeypatch.setattr(wire, "CHUNK_BYTES", 20_000)
+    monkeypatch.setattr(record_batch, "CHUNK_BYTES", 20_000)
     n = 6000
     table = _table(n)
     ours, theirs = new_topic(partitions=40), new_topic(partitions=40)
@@ -70,8 +73,8 @@ def test_an_attempt_still_sending_is_fenced_by_its_retry(kafka_bootstrap, new_to
 
     topic = new_topic(partitions=3)
     sink = _sink(kafka_bootstrap, tmp_path, topic)
-    zombie = wire.WireProducer(wire.Settings.of(sink.producer_conf),
-                               producers.transactional_id(sink.sink_id, 0), "zombie", 30)
+    held = Held(sink.producer_conf, producers.transactional_id(sink.sink_id, 0), "zombie", 30)
+    zombie = held.producer
     try:
         zombie.init(30)
         values = pa.array([b"zombie"] * 10)
@@ -79,10 +82,11 @@ def test_an_attempt_still_sending_is_fenced_by_its_retry(kafka_bootstrap, new_to
         zombie.produce(topic, 3, values, None, parts, np.argsort(parts, kind="stable"))
         retry = sink.stage(TaskInfo(9, 0, attempt=1), iter(_table(300).to_batches()))
         assert retry.produced == 300
-        with pytest.raises(wire.WireError, match="PRODUCER_FENCED|INVALID_PRODUCER_EPOCH"):
+        with pytest.raises(WireError, match="PRODUCER_FENCED|INVALID_PRODUCER_EPOCH"):
             zombie.end(commit=True)
+        assert zombie.state.name == "FENCED"
     finally:
-        zombie.close()
+        held.close()
     got = read_topic(kafka_bootstrap, topic)
     assert len(got) == 300 and all(m.value() != b"zombie" for m in got)
 
@@ -100,7 +104,7 @@ def test_a_failed_attempt_aborts_and_leaves_readers_unblocked(
     """A task that fails after some chunks went out aborts its transaction at once: a
     read_committed reader reaches the end of every partition (no open transaction holds
     back the last stable offset), and the retry writes every row once."""
-    monkeypatch.setattr(wire, "CHUNK_BYTES", 5_000)
+    monkeypatch.setattr(record_batch, "CHUNK_BYTES", 5_000)
     topic = new_topic(partitions=4)
     sink = _sink(kafka_bootstrap, tmp_path, topic)
     table = _table(2000)
@@ -121,7 +125,7 @@ def test_settings_the_wire_path_does_not_speak_go_through_librdkafka(
     topic = new_topic(partitions=2)
     sink = _sink(kafka_bootstrap, tmp_path, topic,
                  kafka_options={"compression.type": "lz4"})
-    with caplog.at_level(logging.INFO, logger="connectors.kafka.sink.wire"):
+    with caplog.at_level(logging.INFO, logger="connectors.kafka"):
         report = sink.stage(TaskInfo(0, 0), iter(_table(500).to_batches()))
     assert report.produced == 500 and len(read_topic(kafka_bootstrap, topic)) == 500
     assert "compression.type=lz4" in caplog.text
@@ -143,14 +147,14 @@ def test_an_unknown_topic_fails_with_its_name(kafka_bootstrap, tmp_path):
     """The wire path's own error for a target that is not there (the sink's driver check
     normally catches it first; a task can still meet a topic deleted in between)."""
     topic = f"t-missing-{uuid.uuid4().hex[:8]}"
-    producer = wire.WireProducer(wire.Settings.of({"bootstrap.servers": kafka_bootstrap}),
-                                 f"wire-missing-{uuid.uuid4().hex[:6]}", "test", 2)
+    held = Held({"bootstrap.servers": kafka_bootstrap}, f"wire-missing-{uuid.uuid4().hex[:6]}",
+                "test", 2)
     try:
-        producer.init(30)
-        with pytest.raises(wire.WireError, match=rf"{topic}.*UNKNOWN_TOPIC_OR_PARTITION"):
-            producer.refresh(topic, 1)
+        held.producer.init(30)
+        with pytest.raises(WireError, match=rf"{topic}.*UNKNOWN_TOPIC_OR_PARTITION"):
+            held.producer.refresh(topic, 1)
     finally:
-        producer.close()
+        held.close()
 
 
 def test_recovery_keys_on_the_wire_reuse_one_producer_id_and_take_headers_via_librdkafka(
@@ -189,8 +193,9 @@ def test_transactions_v2_join_partitions_with_the_produce_and_fence_the_ended_ep
 
     topic = new_topic(partitions=4)
     tid, group = f"wire-tv2-{uuid.uuid4().hex[:8]}", f"wire-tv2-{uuid.uuid4().hex[:8]}"
-    producer = wire.WireProducer(wire.Settings.of({"bootstrap.servers": kafka_bootstrap}),
-                                 tid, "test", 30)
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    held = Held(conf, tid, "test", 30)
+    producer = held.producer
     values = pa.array([b"v-%08d" % i for i in range(100)], pa.binary())
     parts = np.arange(100, dtype=np.int64) % 2
     try:
@@ -199,21 +204,26 @@ def test_transactions_v2_join_partitions_with_the_produce_and_fence_the_ended_ep
         assert producer.tv2
         assert producer.produce(topic, 4, values, None, parts,
                                 np.argsort(parts, kind="stable")) == 100
-        assert not producer.added  # no AddPartitionsToTxn was sent
+        # No AddPartitionsToTxn was sent: the partitions joined with their Produce.
+        assert producer.cluster.counts[24] == 0
         producer.send_offset(group, topic, 0, 5, "fact")
         pid, epoch = producer.producer_id, producer.epoch
         producer.end(commit=True)
         assert (producer.producer_id, producer.epoch) == (pid, epoch + 1)
         for part in (0, 3):
-            producer.epoch = epoch
-            producer.seqs.clear()
-            with pytest.raises(wire.WireError) as e:
-                producer.produce(topic, 4, values.slice(0, 1), None,
-                                 np.array([part], np.int64), np.array([0], np.int64))
+            # A late request of the ended transaction: a producer with its id and epoch.
+            late = Held(conf, tid, "late", 30)
+            try:
+                late.producer.core.tv2 = True
+                late.producer.core.identified(pid, epoch, lambda *_: True)
+                with pytest.raises(WireError) as e:
+                    late.producer.produce(topic, 4, values.slice(0, 1), None,
+                                          np.array([part], np.int64), np.array([0], np.int64))
+            finally:
+                late.close()
             # Partition 0 has the markers' epoch: the old one's batch is out of order there;
             # partition 3 asks the coordinator, which knows the epoch ended.
-            assert isinstance(e.value, wire.WireError), e.value
             assert e.value.code in (FENCED | {OUT_OF_ORDER_SEQUENCE}), e.value
     finally:
-        producer.close()
+        held.close()
     assert_topic_exact(kafka_bootstrap, topic, {"v": 100})

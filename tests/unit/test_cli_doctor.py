@@ -20,9 +20,9 @@ import pytest
 from connectors import cli, doctor
 from connectors.doctor import cluster, install
 from connectors.kafka.access import ROLES
-from connectors.kafka.sink import wire_encode
 from connectors.kafka.sink.commit_facts import DEFAULT_FACTS_TOPIC
 from connectors.kafka.sink.options import KAFKA_SINK_OPTIONS
+from connectors.kafka.wire import record_batch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_without_the_extensions(capsys: pytest.CaptureFixture[str],
     # As an install without a C compiler: neither module imports, the encoder is absent.
     for module in install.EXTENSIONS:
         monkeypatch.setitem(sys.modules, module, None)
-    monkeypatch.setattr(wire_encode, "_record_batch", None)
+    monkeypatch.setattr(record_batch, "_record_batch", None)
     code, doc, _ = run(capsys)
     checks = by_name(doc)
     for name in [f"C extension {m.rsplit('.', 1)[1]}" for m in install.EXTENSIONS]:
@@ -93,7 +93,7 @@ def test_without_the_extensions(capsys: pytest.CaptureFixture[str],
 
 def test_a_wire_path_the_kafka_settings_rule_out_is_named(
         capsys: pytest.CaptureFixture[str]) -> None:
-    if install._extension("connectors.kafka.sink._record_batch") is not None:
+    if install._extension("connectors.kafka.wire._record_batch") is not None:
         pytest.skip("the _record_batch extension is not built")
     code, doc, _ = run(capsys, "--kafka", "compression.type=zstd")
     assert "compression.type=zstd" in by_name(doc)["Kafka sink produce path"]["found"]
@@ -111,8 +111,8 @@ def test_without_java_and_maven_the_local_services_are_named(
 
 def test_text_output_is_one_line_per_check_with_what_to_do(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "connectors.kafka.sink._record_batch", None)
-    monkeypatch.setattr(wire_encode, "_record_batch", None)
+    monkeypatch.setitem(sys.modules, "connectors.kafka.wire._record_batch", None)
+    monkeypatch.setattr(record_batch, "_record_batch", None)
     cli.main(["doctor"])
     out = capsys.readouterr().out
     assert out.startswith("this install:\n")
@@ -137,7 +137,15 @@ def test_the_kafka_versions_a_broker_s_request_versions_imply(
 # -- ACLs ----------------------------------------------------------------------------------------
 class FakeAdmin:
     """Describe answers as Kafka gives them: the principal's authorized operations (KIP-430)
-    per topic and group, or a denial."""
+    per topic and group, or a denial. It stands in for the process's cluster object
+    (``clients.KafkaCluster``) of a cluster whose look-ups go through librdkafka's admin
+    client, and for that client."""
+
+    def lookups(self) -> None:
+        return None
+
+    def admin(self) -> FakeAdmin:
+        return self
 
     def __init__(self, ops: dict[str, set[str] | Exception]) -> None:
         self.ops = ops

@@ -88,12 +88,30 @@ def test_committed_gives_up_at_its_deadline_with_the_last_error() -> None:
 @pytest.fixture
 def fakes(monkeypatch: Any) -> SimpleNamespace:
     """``lag`` with fake consumers (``consumers`` by group; ``offsets``: the group's
-    committed offsets); any admin client is an error (its ListConsumerGroupOffsets crashes
-    on NOT_COORDINATOR)."""
+    committed offsets) and a fake of the process's cluster object for the partitions' ends
+    (``ends_asked``: what it was asked); any admin client is an error (its
+    ListConsumerGroupOffsets crashes on NOT_COORDINATOR)."""
+    import contextlib
+
     import confluent_kafka.admin
+
+    from connectors.kafka import clients
 
     made: dict[str, FakeGroupConsumer] = {}
     offsets: dict[tuple[str, int], int] = {}
+    ends = {("t", 0): 10, ("t", 1): 4, ("u", 0): 0}
+    asked: list[list[tuple[str, int]]] = []
+
+    class Kafka:
+        def list_offsets(self, wanted: Any, **_k: Any) -> dict[tuple[str, int], int]:
+            asked.append(sorted(wanted))
+            return {tp: ends[tp] for tp in wanted}
+
+    @contextlib.contextmanager
+    def lease(conf: Any) -> Any:
+        yield Kafka()
+
+    monkeypatch.setattr(clients, "lease", lease)
 
     def consumer(conf: Any, group: str = lookup.LOOKUP_GROUP, isolation: str = "") -> Any:
         fake = FakeGroupConsumer({"t": 2, "u": 1}, offsets, {("t", 0): 10, ("t", 1): 4})
@@ -106,7 +124,7 @@ def fakes(monkeypatch: Any) -> SimpleNamespace:
 
     monkeypatch.setattr(lookup, "consumer", consumer)
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", no_admin)
-    return SimpleNamespace(consumers=made, offsets=offsets)
+    return SimpleNamespace(consumers=made, offsets=offsets, ends_asked=asked)
 
 
 def lag(capsys: Any, *argv: str) -> tuple[int, str, str]:
@@ -135,10 +153,11 @@ def test_lag_shows_only_committed_partitions(fakes: Any, capsys: Any) -> None:
     assert [(p["partition"], p["committed"], p["end"], p["lag"]) for p in doc["partitions"]] \
         == [(0, 4, 10, 6), (1, 4, 4, 0)]
     # the group's offsets come from a consumer of that group (every partition of every
-    # topic asked at once), the ends from another one
+    # topic asked at once), the ends from the cluster object, all at once
     group = fakes.consumers["g"].calls
     assert [c[:2] for c in group if c[0] == "committed"] == [("committed", 3)]
     assert not any(c[0] == "end" for c in group)
+    assert fakes.ends_asked == [[("t", 0), ("t", 1)]]
     # every partition of the topics it has offsets on answered: topic u, which the group
     # never read, is not asked again stably
     assert "g/stable" not in fakes.consumers

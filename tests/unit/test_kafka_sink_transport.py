@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.kafka.sink import KafkaSink, transport, wire
+from connectors.kafka import clients
+from connectors.kafka.sink import KafkaSink, transport
 from connectors.kafka.sink.rows import shape
 from connectors.kafka.sink.writer import gather
 
@@ -16,7 +17,7 @@ PLAIN = pa.schema([("value", pa.binary())])
 WITH_HEADERS = pa.schema([("value", pa.binary()),
                           ("headers", pa.list_(pa.struct([("key", pa.string()),
                                                           ("value", pa.binary())])))])
-WIRE_HERE = wire.unsupported({"bootstrap.servers": "h:1"}) is None
+WIRE_HERE = clients.produce_refusal({"bootstrap.servers": "h:1"}) is None
 
 
 def _options(tmp_path, **kw):

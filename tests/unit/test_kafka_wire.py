@@ -12,13 +12,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.kafka.sink import wire, wire_encode
+from connectors.kafka import clients
 from connectors.kafka.wire import protocol as wire_protocol
+from connectors.kafka.wire import record_batch
+from connectors.kafka.wire.settings import Settings
 
 
 def test_the_encoder_is_built():
     """setup.py builds it wherever a C compiler is, as on every machine CI runs on."""
-    assert wire.available()
+    assert record_batch.encoder_built()
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
@@ -37,7 +39,7 @@ def _decode(batch: bytes) -> dict:
     (base, length, _epoch, magic, crc, attrs, last_delta, ts, max_ts, pid, epoch, seq,
      count) = struct.unpack_from(">qiibIhiqqqhii", batch)
     assert (base, magic, length) == (0, 2, len(batch) - 12)
-    assert crc == wire_encode.crc32c(batch[21:])
+    assert crc == record_batch.crc32c(batch[21:])
     at, records = 61, []
     for i in range(count):
         size, at = _varint(batch, at)
@@ -60,7 +62,7 @@ def _decode(batch: bytes) -> dict:
 
 
 def test_crc32c_is_castagnoli():
-    assert wire_encode.crc32c(b"123456789") == 0xE3069283
+    assert record_batch.crc32c(b"123456789") == 0xE3069283
 
 
 def test_batches_hold_every_row_once_per_partition_in_order():
@@ -73,9 +75,8 @@ def test_batches_hold_every_row_once_per_partition_in_order():
                        for i in range(n + 7)], pa.binary()).slice(7)
     parts = np.arange(n, dtype=np.int64) % 3
     order = np.argsort(parts, kind="stable")
-    seqs = np.array([5, 0, 7], dtype=np.int64)
-    data, batches, partitions = wire_encode.encode(values, keys, order, parts, seqs, 42, 3,
-                                                     1_000_000)
+    data, batches, partitions = record_batch.encode(values, keys, order, parts,
+                                                    np.array([5, 0, 7]), 42, 3, 1_000_000)
     assert partitions.tolist() == [0, 1, 2] and len(batches) == 3
     for g, start, end, count in batches.tolist():
         got = _decode(bytes(data[start:end]))
@@ -84,15 +85,14 @@ def test_batches_hold_every_row_once_per_partition_in_order():
         assert got["records"] == [(keys[i].as_py(), values[i].as_py()) for i in rows]
         assert (got["attrs"], got["pid"], got["epoch"]) == (0x10, 42, 3)  # transactional
         assert got["seq"] == [5, 0, 7][p] and count == len(rows)
-    assert seqs.tolist() == [5 + 167, 0 + 167, 7 + 166]  # advanced by what was encoded
+        assert record_batch.base_sequence(data, start) == got["seq"]
 
 
 def test_a_partition_over_the_batch_limit_is_split_with_running_sequences():
     values = pa.array([b"x" * 100] * 100)
     parts = np.zeros(100, dtype=np.int64)
-    seqs = np.zeros(1, dtype=np.int64)
-    data, batches, _ = wire_encode.encode(values, None, np.arange(100), parts, seqs, 1, 0,
-                                            2_000)
+    data, batches, _ = record_batch.encode(values, None, np.arange(100), parts, np.zeros(1),
+                                           1, 0, 2_000)
     assert len(batches) > 5 and (batches[:, 2] - batches[:, 1] <= 2_000).all()
     records, seq = [], 0
     for _, start, end, count in batches.tolist():
@@ -100,32 +100,33 @@ def test_a_partition_over_the_batch_limit_is_split_with_running_sequences():
         assert got["seq"] == seq
         seq += count
         records += got["records"]
-    assert records == [(None, b"x" * 100)] * 100 and seqs.tolist() == [100]
+    assert records == [(None, b"x" * 100)] * 100 and seq == 100
 
 
 def test_unsupported_names_what_sends_through_librdkafka():
-    assert wire.unsupported({"bootstrap.servers": "b:9092"}) is None
-    assert wire.unsupported({"security.protocol": "SSL"}) is None
+    assert clients.produce_refusal({"bootstrap.servers": "b:9092"}) is None
+    assert clients.produce_refusal({"security.protocol": "SSL"}) is None
     scram = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"}
-    assert wire.unsupported(scram) is None
-    assert wire.unsupported({**scram, "sasl.mechanism": "PLAIN"}) is None
+    assert clients.produce_refusal(scram) is None
+    assert clients.produce_refusal({**scram, "sasl.mechanism": "PLAIN"}) is None
     # librdkafka's default mechanism is GSSAPI, which the wire path does not speak.
-    assert "GSSAPI" in (wire.unsupported({"security.protocol": "SASL_SSL"}) or "")
-    assert "OAUTHBEARER" in (wire.unsupported({**scram, "sasl.mechanism": "OAUTHBEARER"}) or "")
-    assert "compression.type=lz4" in (wire.unsupported({"compression.type": "lz4"}) or "")
+    assert "GSSAPI" in (clients.produce_refusal({"security.protocol": "SASL_SSL"}) or "")
+    why = clients.produce_refusal
+    assert "OAUTHBEARER" in (why({**scram, "sasl.mechanism": "OAUTHBEARER"}) or "")
+    assert "compression.type=lz4" in (why({"compression.type": "lz4"}) or "")
     assert "ssl.keystore.location" in (
-        wire.unsupported({"security.protocol": "ssl", "ssl.keystore.location": "k.p12"}) or "")
+        why({"security.protocol": "ssl", "ssl.keystore.location": "k.p12"}) or "")
 
 
 def test_settings_read_the_librdkafka_configuration():
-    s = wire.Settings.of({"bootstrap.servers": "a:1, PLAINTEXT://b:2,[::1]:3",
+    s = Settings.of({"bootstrap.servers": "a:1, PLAINTEXT://b:2,[::1]:3",
                           "message.max.bytes": "5000", "transaction.timeout.ms": "90000"})
     assert s.bootstrap == (("a", 1), ("b", 2), ("::1", 3))
     assert (s.max_batch_bytes, s.transaction_timeout_ms, s.ssl_context) == (5000, 90000, None)
 
 
 def test_settings_never_show_the_password():
-    s = wire.Settings.of({"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT",
+    s = Settings.of({"bootstrap.servers": "a:1", "security.protocol": "SASL_PLAINTEXT",
                           "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
                           "sasl.password": "s3cret-pw"})
     assert s.login is not None and s.login.mechanism == "SCRAM-SHA-256"
@@ -170,7 +171,7 @@ def test_a_connection_that_breaks_mid_request_names_the_broker_and_the_request()
         conn.close()
 
     threading.Thread(target=accept_and_close, daemon=True).start()
-    settings = wire.Settings.of({"bootstrap.servers": f"127.0.0.1:{port}"})
+    settings = Settings.of({"bootstrap.servers": f"127.0.0.1:{port}"})
     conn = wire_protocol.Connection("127.0.0.1", port, settings)
     try:
         with pytest.raises(ConnectorError, match=rf"broker 127.0.0.1:{port} broke during "

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
+from connectors.kafka import clients
 from connectors.kafka.common import ClientCache
-from connectors.kafka.sink import wire
 from connectors.kafka.wire import protocol as wire_protocol
 from connectors.kafka.wire import sasl as wire_sasl
 from connectors.kafka.wire.protocol import Connection, ConnectionLost
@@ -178,7 +178,7 @@ def test_settings_wait_longer_than_the_broker_may_take_and_keep_librdkafkas_defa
     ("connections.max.idle.ms", "1000"), ("ssl.crl.location", "/x"),
 ])
 def test_a_connection_setting_the_wire_path_does_not_honour_routes_to_librdkafka(key, value):
-    why = wire.unsupported({"bootstrap.servers": "b:9092", key: value})
+    why = clients.produce_refusal({"bootstrap.servers": "b:9092", key: value})
     assert why is not None and key in why and "does not honour" in why
 
 
@@ -186,7 +186,7 @@ def test_honoured_settings_keep_the_wire_path():
     conf = {"bootstrap.servers": "b:9092", "socket.timeout.ms": "1000",
             "message.timeout.ms": "1000", "socket.keepalive.enable": "true",
             "broker.address.family": "v4", "linger.ms": "5", "batch.size": "100"}
-    assert wire.unsupported(conf) is None
+    assert clients.produce_refusal(conf) is None
 
 
 def test_a_ca_directory_and_probe_build_a_tls_context(tmp_path):

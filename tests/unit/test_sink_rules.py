@@ -188,14 +188,17 @@ def test_kafka_wal_without_owner_record_is_owned_by_its_newest_commit(tmp_path):
 def test_source_warns_once_about_a_subscribed_topic_that_does_not_exist(caplog):
     from types import SimpleNamespace
 
+    from connectors.kafka.clients import TopicInfo
     from connectors.kafka.source.clusters import Clusters
     from connectors.kafka.source.options import KafkaSourceOptions
 
     opts = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "h:1",
                                             "subscribe": "here,gone"})
-    md = SimpleNamespace(topics={"here": SimpleNamespace(error=None, partitions={0: None})})
+    found = {"here": TopicInfo(0, 1, {0: 1}), "gone": TopicInfo(3, 0, {})}
     clusters = Clusters(opts)
-    clusters._admins[opts.clusters[0].name] = SimpleNamespace(list_topics=lambda timeout: md)
+    # The process's cluster object, as its metadata answers (no broker here).
+    clusters.kafka = lambda c: SimpleNamespace(  # type: ignore[method-assign]
+        topics=lambda names, **kw: {n: found[n] for n in names})
     # The first contact (connection and ACL check) needs a broker: the secured tests' part.
     clusters._reached.add(opts.clusters[0].name)
     with caplog.at_level("WARNING"):

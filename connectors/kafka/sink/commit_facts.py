@@ -49,7 +49,14 @@ from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink_state import SinkState
-from connectors.kafka.common import FAMILY, ClientCache, Lease, retrying
+from connectors.kafka import clients
+from connectors.kafka.common import (
+    FAMILY,
+    SHORT_LIVED_RECONNECT_BACKOFF_MS,
+    ClientCache,
+    Lease,
+    retrying,
+)
 from connectors.kafka.sink import producers
 
 log = logging.getLogger(__name__)
@@ -80,48 +87,15 @@ def group_id(sink_id: str, writer: int) -> str:
 def ensure_facts_topic(conf: Any, topic: str, timeout: float) -> bool:
     """Create the facts topic (one partition, the broker's replication factor) unless it
     exists; True if this call created it. Another sink creating it at the same time is
-    fine. Through the wire client (:func:`connectors.kafka.wire.admin.create_topic`), as
-    every admin request in a query's processes (docs/design.md, "Kafka nodes that move or go
-    away"); through librdkafka only where the wire client cannot connect."""
-    from connectors.kafka.wire import admin as wire_admin
-    from connectors.kafka.wire.cluster import Cluster
-    from connectors.kafka.wire.protocol import UnsupportedBroker, WireError
-    from connectors.kafka.wire.settings import Settings, connection_unsupported
-
-    if connection_unsupported(conf) is None:
-        cluster = Cluster(Settings.of(conf), f"{FAMILY} sink", timeout)
-        try:
-            created = wire_admin.create_topic(cluster, topic, 1, timeout)
-        except UnsupportedBroker:
-            pass  # older than the requests we speak: librdkafka below
-        except WireError as e:
-            raise KafkaSinkError(str(e)) from e
-        else:
-            if created:
-                log.info("%s: created the commit-facts topic %r (1 partition)", FAMILY, topic)
-            return created
-        finally:
-            cluster.close()
-    with producers.admin(conf) as admin:
-        return _create_with_librdkafka(admin, topic, timeout)
-
-
-def _create_with_librdkafka(admin: Any, topic: str, timeout: float) -> bool:
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    info = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
-    if info is not None and info.error is None and info.partitions:
-        return False
-    future = admin.create_topics([NewTopic(topic, 1)], request_timeout=timeout)[topic]
-    try:
-        future.result(timeout)
-    except KafkaException as e:
-        if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return False
-        raise
-    log.info("%s: created the commit-facts topic %r (1 partition)", FAMILY, topic)
-    return True
+    fine. Through the process's cluster (:meth:`connectors.kafka.clients.KafkaCluster.
+    create_topic`: the wire client, as every admin request in a query's processes,
+    docs/design.md, "Kafka nodes that move or go away")."""
+    with clients.lease(conf) as cluster:
+        created = cluster.create_topic(topic, 1, who=f"{FAMILY} sink", error=KafkaSinkError,
+                                       timeout=timeout)
+    if created:
+        log.info("%s: created the commit-facts topic %r (1 partition)", FAMILY, topic)
+    return created
 
 
 def scope_of(wal_path: str) -> str:
@@ -151,6 +125,18 @@ class CommitFact:
         return text
 
     @classmethod
+    def found(cls, offset: int, metadata: str | None, batch_id: int,
+              scope: str) -> CommitFact | None:
+        """The fact of ``batch_id`` in ``scope`` that a group's committed ``offset`` and its
+        ``metadata`` hold, else None (no fact, another batch's, another output's)."""
+        if offset != FACT_OFFSET:
+            return None
+        fact = cls.decode(metadata)
+        if fact is None or (fact.batch_id, fact.scope) != (batch_id, scope):
+            return None
+        return fact
+
+    @classmethod
     def decode(cls, metadata: str | None) -> CommitFact | None:
         """The fact the metadata holds, None if it holds none (no offset, or not ours).
 
@@ -167,6 +153,19 @@ class CommitFact:
             return None
         return cls(batch_id=body["b"], rows=int(body.get("rows", 0)),
                    partitions=body.get("partitions") or {}, scope=str(body.get("s", "")))
+
+
+def read_fact_wire(cluster: Any, sink_id: str, writer: int, facts_topic: str, batch_id: int,
+                   scope: str, timeout: float) -> CommitFact | None:
+    """:func:`read_fact` over the wire client (``cluster``: a
+    :class:`connectors.kafka.wire.cluster.Cluster`): one stable OffsetFetch to the group's
+    coordinator, on the connections the task's producer uses."""
+    from connectors.kafka.wire import admin
+
+    group = group_id(sink_id, writer)
+    got = admin.committed(cluster, group, facts_topic, [0], timeout,
+                          who=f"{FAMILY} {sink_id}").get(0)
+    return None if got is None else CommitFact.found(*got, batch_id, scope)
 
 
 def read_fact(conf: Any, sink_id: str, writer: int, facts_topic: str, batch_id: int,
@@ -256,29 +255,13 @@ def offsets_retention(conf: Any, timeout: float) -> tuple[float, bool]:
 
 
 def _describe_retention(conf: Any, timeout: float) -> float:
-    """The broker's ``offsets.retention.minutes`` in seconds (the wire client's
-    DescribeConfigs; librdkafka's only where the wire client cannot connect)."""
-    from connectors.kafka.wire import admin as wire_admin
-    from connectors.kafka.wire.cluster import Cluster
-    from connectors.kafka.wire.settings import Settings, connection_unsupported
-
-    if connection_unsupported(conf) is None:
-        cluster = Cluster(Settings.of(conf), f"{FAMILY} sink", timeout)
-        try:
-            value = wire_admin.broker_config(cluster, "offsets.retention.minutes", timeout)
-        finally:
-            cluster.close()
-        if value is None:
-            raise KafkaSinkError(f"{FAMILY}: the broker did not report "
-                                 "offsets.retention.minutes")
-        return float(value) * 60
-    from confluent_kafka.admin import ConfigResource, ResourceType
-
-    with producers.admin(conf) as admin:
-        brokers = admin.list_topics(timeout=timeout).brokers
-        resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
-        entries = admin.describe_configs([resource], request_timeout=timeout)[resource]
-        value = entries.result(timeout)["offsets.retention.minutes"].value
+    """The broker's ``offsets.retention.minutes`` in seconds (DescribeConfigs, through the
+    process's cluster)."""
+    with clients.lease(conf) as cluster:
+        value = cluster.broker_config("offsets.retention.minutes", who=f"{FAMILY} sink",
+                                      timeout=timeout)
+    if value is None:
+        raise KafkaSinkError(f"{FAMILY}: the broker did not report offsets.retention.minutes")
     return float(value) * 60
 
 
@@ -297,11 +280,18 @@ def fact_writer(conf: Any, sink_id: str, writer: int, facts_topic: str,
     until ``Lease.release()`` (``Lease.discard()`` after an error). The first one of a
     process and cluster makes sure the facts topic exists (the driver did, unless the sink's
     protocol is driven without it)."""
+    conf_key = ensure_once(conf, facts_topic, timeout)
+    return _CACHE.acquire((conf_key, sink_id, writer), lambda: FactWriter(conf, sink_id, writer))
+
+
+def ensure_once(conf: Any, facts_topic: str, timeout: float) -> tuple[tuple[str, str], ...]:
+    """:func:`ensure_facts_topic`, once per process, configuration and topic (a task of a
+    sink driven without the driver's check); returns the configuration's key."""
     conf_key = tuple(sorted((k, str(v)) for k, v in conf.items()))
     if (conf_key, facts_topic) not in _TOPICS_SEEN:
         ensure_facts_topic(conf, facts_topic, timeout)
         _TOPICS_SEEN.add((conf_key, facts_topic))
-    return _CACHE.acquire((conf_key, sink_id, writer), lambda: FactWriter(conf, sink_id, writer))
+    return conf_key
 
 
 _TOPICS_SEEN: set[tuple[Any, str]] = set()
@@ -322,7 +312,7 @@ class FactWriter:
         consumer_conf = producers.consumer_config(conf, sink_id, "read_committed")
         consumer_conf["group.id"] = self.group
         consumer_conf.setdefault("reconnect.backoff.ms",
-                                 producers.SHORT_LIVED_RECONNECT_BACKOFF_MS)
+                                 SHORT_LIVED_RECONNECT_BACKOFF_MS)
         # Never joins the group: it fetches the group's committed offset (read_committed
         # makes librdkafka ask with require_stable) and lends send_offsets_to_transaction
         # the group's metadata (generation -1, no member id), which the broker accepts for
@@ -356,12 +346,7 @@ class FactWriter:
         got = retrying(fetch, what=f"{FAMILY} {self._sink_id}: commit fact of writer "
                                    f"{self._writer} (group {self.group!r})",
                        error=KafkaSinkError, timeout=timeout)
-        if got is None or got[0] != FACT_OFFSET:
-            return None
-        fact = CommitFact.decode(got[1])
-        if fact is None or (fact.batch_id, fact.scope) != (batch_id, scope):
-            return None
-        return fact
+        return None if got is None else CommitFact.found(*got, batch_id, scope)
 
     def send(self, producer: Any, facts_topic: str, fact: CommitFact, timeout: float) -> None:
         from confluent_kafka import TopicPartition

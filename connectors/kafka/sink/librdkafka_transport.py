@@ -85,6 +85,15 @@ class LibrdkafkaTransport(Transport):
         if self.facts is not None:
             producers.init_transactions(self.slot, self.options.flush_timeout)
 
+    def read_fact(self, batch_id: int, scope: str,
+                  timeout: float) -> commit_facts.CommitFact | None:
+        """Through the worker's fact consumer (``commit_facts.FactWriter``), which also lends
+        ``send_offsets_to_transaction`` the group's metadata."""
+        if self.facts is None:
+            raise KafkaSinkError(f"{FAMILY} {self.options.sink_id}: no commit-fact client "
+                                 "(internal)")
+        return self.facts.read(self.options.facts_topic, batch_id, scope, timeout)
+
     def begin(self) -> None:
         if self.facts is not None:
             self.producer.begin_transaction()

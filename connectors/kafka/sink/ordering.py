@@ -25,12 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.kafka.sink.partitioner import binary_buffers, valid_mask
-from connectors.kafka.sink.wire_encode import column
-
-try:
-    from connectors.kafka.sink import _record_batch  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the install
-    _record_batch = None
+from connectors.kafka.wire import record_batch
 
 HASHED = "hash64"
 SORTED = "sorted"
@@ -40,7 +35,7 @@ ORDERS = (HASHED, SORTED)
 def default() -> str:
     """The order a first attempt numbers its rows in: :data:`HASHED` where the C extension
     is built (its numpy twin is for retries: about 3 s per million rows of 100 bytes)."""
-    return HASHED if _record_batch is not None else SORTED
+    return HASHED if record_batch.encoder_built() else SORTED
 
 
 _K = np.uint64(0x9E3779B97F4A7C15)
@@ -125,11 +120,10 @@ def row_hashes(table: pa.Table, cols: list[str]) -> np.ndarray:
 
 
 def hash_column(arr: pa.Array, out: np.ndarray) -> None:
-    """Mix every row of a binary array into ``out`` (``_record_batch.hash64``)."""
-    if _record_batch is None:
+    """Mix every row of a binary array into ``out`` (``_record_batch.hash64``, or its numpy
+    twin where the C part is not built)."""
+    if not record_batch.hash_column(arr, out):
         hash_column_numpy(arr, out)
-        return
-    _record_batch.hash64(column(arr), len(arr), out)
 
 
 def hash_column_numpy(arr: pa.Array, out: np.ndarray) -> None:

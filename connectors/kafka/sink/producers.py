@@ -22,7 +22,13 @@ from typing import Any
 
 from connectors.core.errors import OptionError
 from connectors.core.options import RedactedDict
-from connectors.kafka.common import FAMILY, LIBRDKAFKA_LOG, ClientCache, Lease
+from connectors.kafka.common import (
+    FAMILY,
+    LIBRDKAFKA_LOG,
+    SHORT_LIVED_RECONNECT_BACKOFF_MS,
+    ClientCache,
+    Lease,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +77,6 @@ _PRODUCER_ONLY = frozenset(
     }
 )
 
-#: ``reconnect.backoff.ms`` of clients made per task attempt or per short-lived process
-#: (admin clients), unless the user sets it. After
-#: its first metadata answer a new librdkafka client drops the bootstrap connection and
-#: opens one to the broker it learned, which waits half the backoff: 50 ms with librdkafka's
-#: 100 ms default, 10 ms with this (a transactional task's set-up: ~62 ms -> ~21 ms on
-#: loopback). Reconnects still back off exponentially to reconnect.backoff.max.ms.
-SHORT_LIVED_RECONNECT_BACKOFF_MS = "20"
 
 _ACKS_SAFE = {"all", "-1"}
 _TRUE = {"true", "1", "yes", "on"}

@@ -17,8 +17,9 @@ from connectors.core import failpoints
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
+from connectors.kafka import clients
 from connectors.kafka.common import FAMILY
-from connectors.kafka.sink import ordering, producers, recovery, transport, wire
+from connectors.kafka.sink import ordering, producers, recovery, transport
 from connectors.kafka.sink.librdkafka_transport import LibrdkafkaTransport
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import NullKeyRuns, null_key_start
@@ -161,6 +162,9 @@ class RecoveryKeyWriter(KafkaWriter):
         if wire_ok and transport.wire_here(self.path, self.options):
             try:
                 return WireTransport.idempotent(self.options, self.task)
-            except wire.UnsupportedBroker as e:  # older than Kafka 2.1
-                wire.note_skipped(str(e))
+            except Exception as e:
+                old = clients.broker_refusal(e)  # brokers older than Kafka 2.1
+                if old is None:
+                    raise
+                transport.note_librdkafka(old)
         return LibrdkafkaTransport.idempotent(self.options, self.task, self.path)

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from connectors.core.errors import KafkaSinkError
 from connectors.core.retry import poll_until
-from connectors.kafka import access, preflight
-from connectors.kafka.common import FAMILY, is_transient, retrying
-from connectors.kafka.connect import first_contact
-from connectors.kafka.sink import commit_facts, producers
+from connectors.kafka import access, clients, preflight
+from connectors.kafka.clients import TopicInfo
+from connectors.kafka.common import FAMILY, retrying
+from connectors.kafka.sink import commit_facts
 from connectors.kafka.sink.options import KafkaSinkOptions
+from connectors.kafka.wire.protocol import RETRIABLE, WireError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 UNKNOWN_TOPIC_GRACE = 10.0
 #: The same, before the default mode warns and lets the broker create the topic.
 UNKNOWN_TOPIC_GRACE_WARN = 2.0
+
+#: UNKNOWN_TOPIC_OR_PARTITION: the topic does not exist (yet).
+UNKNOWN_TOPIC = 3
 
 _WARNED: set[tuple[str, str]] = set()
 _WARNED_LOCK = threading.Lock()
@@ -39,12 +42,10 @@ def check_reachable(options: KafkaSinkOptions, started: float | None = None) -> 
     misconfigured cluster fails in that time with one error naming the bootstrap servers
     and the likely cause. With a ``topic`` option it asks for that topic's metadata only,
     not the whole cluster's (which is large on a cluster with many topics)."""
-    admin = producers.new_admin(options.producer_conf)
-    first_contact(admin, lambda seconds: admin.list_topics(topic=options.topic,
-                                                           timeout=seconds),
-                  timeout=options.connect_timeout, who=f"{FAMILY} sink {options.sink_id}",
-                  bootstrap=options.producer_conf.get("bootstrap.servers"),
-                  conf=options.producer_conf, error=KafkaSinkError, started=started)
+    with clients.lease(options.producer_conf) as cluster:
+        cluster.first_contact(who=f"{FAMILY} sink {options.sink_id}", topic=options.topic,
+                              timeout=options.connect_timeout, error=KafkaSinkError,
+                              started=started)
 
 
 def check_access(options: KafkaSinkOptions) -> None:
@@ -121,48 +122,48 @@ def partition_counts(options: KafkaSinkOptions, topics: list[str]) -> dict[str, 
                 )
             _warn_creating(options, t)
             info = _await_topic(options, t, UNKNOWN_TOPIC_GRACE, auto_create=True)
-        if info is not None and info.error is not None:
+        if info is not None and info.error:
             role = "transactional-sink" if options.transactional else "sink"
             needs = [a.bind(topic=t, sink_id=options.sink_id, facts_topic=options.facts_topic)
                      for a in access.ROLES[role] if a.name == "{topic}"]
-            denied = access.denied(info.error, who=f"{FAMILY} sink {options.sink_id}",
+            denied = access.denied(WireError(f"metadata of {t!r}", info.error),
+                                   who=f"{FAMILY} sink {options.sink_id}",
                                    conf=options.producer_conf, needs=needs,
                                    request=f"metadata of target topic {t!r}")
             if denied is not None:
                 raise KafkaSinkError(denied)
-        if info is None or info.error is not None or not info.partitions:
-            why = info.error if info is not None else "unknown topic"
+        if info is None or info.error or not info.partitions:
+            why = WireError("", info.error).name if info is not None else "unknown topic"
             raise KafkaSinkError(
                 f"{FAMILY} sink {options.sink_id}: target topic {t!r} is not available "
                 f"({why}); create it first (the sink routes every record itself and needs the "
                 "topic's partition count), or enable auto.create.topics.enable on the broker"
             )
-        out[t] = len(info.partitions)
+        out[t] = info.partitions
     return out
 
 
 def _await_topic(options: KafkaSinkOptions, topic: str, grace: float,
-                 auto_create: bool) -> Any:
-    """The topic's metadata, asked again for up to ``grace`` seconds while the broker calls
-    it unknown (KRaft propagates a new topic asynchronously); None if it stays unknown."""
-    from confluent_kafka import KafkaError, KafkaException
+                 auto_create: bool) -> TopicInfo | None:
+    """The topic's metadata (the process's cluster keeps it), asked again for up to
+    ``grace`` seconds while the broker calls it unknown (KRaft propagates a new topic
+    asynchronously); None if it stays unknown."""
+    who = f"{FAMILY} sink {options.sink_id}"
 
-    def metadata() -> Any:
-        with producers.admin(options.producer_conf, auto_create=auto_create) as admin:
-            info = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
-        if info is not None and info.error is not None and is_transient(
-                KafkaException(info.error)):
+    def metadata() -> TopicInfo:
+        with clients.lease(options.producer_conf) as cluster:
+            info = cluster.topics([topic], who=who, error=KafkaSinkError,
+                                  timeout=options.metadata_retry_timeout,
+                                  auto_create=auto_create)[topic]
+        if info.error in RETRIABLE and info.error != UNKNOWN_TOPIC:
             # A topic created a moment ago has no leader yet: ask again.
-            raise KafkaException(info.error)
+            raise WireError(f"{who}: metadata of topic {topic!r}", info.error)
         return info
 
-    def known() -> Any:
-        info = retrying(metadata, what=f"{FAMILY} sink {options.sink_id}: metadata of topic "
-                                       f"{topic!r}",
+    def known() -> TopicInfo | None:
+        info = retrying(metadata, what=f"{who}: metadata of topic {topic!r}",
                         error=KafkaSinkError, timeout=options.metadata_retry_timeout)
-        unknown = info is None or (info.error is not None
-                                   and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
-        return None if unknown else info
+        return None if info.error == UNKNOWN_TOPIC else info
 
     return poll_until(known, timeout=grace, interval=0.2)
 

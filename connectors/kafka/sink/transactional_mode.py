@@ -17,7 +17,6 @@ import logging
 import time
 
 from connectors.core import failpoints
-from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.kafka.common import FAMILY, Lease
@@ -73,7 +72,10 @@ class TransactionalWriter(KafkaWriter):
 
     def open_transport(self, wire_ok: bool = True) -> Transport:
         # The clients are created here and connect in the background while the rows come;
-        # look() then fences and reads.
+        # look() then fences and reads. The wire transport reads and writes the commit fact
+        # over its own cluster; librdkafka's needs the worker's fact consumer.
+        if wire_ok and transport.wire_here(self.path, self.options):
+            return WireTransport.transactional(self.options, self.task)
         facts = self.facts
         if facts is None:  # (a fallback from the wire keeps the one it has)
             self.facts_lease = commit_facts.fact_writer(
@@ -81,8 +83,6 @@ class TransactionalWriter(KafkaWriter):
                 self.options.facts_topic, self.options.connect_timeout)
             self.facts = facts = self.facts_lease.client
         try:
-            if wire_ok and transport.wire_here(self.path, self.options):
-                return WireTransport.transactional(self.options, self.task)
             return LibrdkafkaTransport.transactional(self.options, self.task, self.path, facts)
         except BaseException:
             self.release()
@@ -95,11 +95,9 @@ class TransactionalWriter(KafkaWriter):
         # Fence first: it completes or aborts an earlier attempt's open transaction, so the
         # fact read below sees its outcome.
         self.transport.fence()
-        if self.facts is None:
-            raise KafkaSinkError(f"{FAMILY} {self.sink_id}: no commit-fact client (internal)")
-        self.fact = self.facts.read(self.options.facts_topic, self.task.batch_id,
-                                    commit_facts.scope_of(self.options.wal_path),
-                                    self.options.metadata_retry_timeout)
+        self.fact = self.transport.read_fact(self.task.batch_id,
+                                             commit_facts.scope_of(self.options.wal_path),
+                                             self.options.metadata_retry_timeout)
         self.report.scan_seconds = time.perf_counter() - began
 
     def recover(self, head: Chunk) -> Chunk:

@@ -22,13 +22,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from connectors.core.errors import ConnectorError
-from connectors.kafka import lookup
+from connectors.kafka import clients, lookup
 from connectors.kafka.common import FAMILY
 from connectors.kafka.sink.producers import transactional_id
+from connectors.kafka.wire.protocol import WireError
 
 
 @dataclass
-class PartitionState:
+class PartitionEnds:
     """One partition of the target topic: readers of ``read_committed`` see up to ``lso``."""
 
     topic: str
@@ -46,41 +47,36 @@ class PartitionState:
         return {**asdict(self), "held": self.held}
 
 
-def partition_states(conf: dict[str, Any], topic: str, timeout: float) -> list[PartitionState]:
+def partition_states(conf: dict[str, Any], topic: str, timeout: float) -> list[PartitionEnds]:
     """LSO and high watermark of every partition of ``topic``, with how long a held one has
     been held."""
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    # A metadata request naming the topic must not create a mistyped one: the process's
+    # cluster asks without auto-creation.
+    who = f"{FAMILY} transactions"
+    with clients.lease(conf) as kafka:
+        info = kafka.topics([topic], who=who, error=ConnectorError, timeout=timeout)[topic]
+        if info.error == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            raise lookup.TopicNotFound(topic, str(conf.get("bootstrap.servers")), who)
+        if info.error:  # the caller names a denial
+            raise WireError(f"{who}: metadata of topic {topic!r}", info.error)
+        wanted = dict.fromkeys(((topic, p) for p in range(info.partitions)), -1)
 
-    # A metadata request naming the topic from an admin client (a producer handle, which
-    # may auto-create) would create a mistyped topic: look it up without that.
-    looker = lookup.consumer(conf)
-    try:
-        parts = lookup.topic_partitions(looker, topic, timeout,
-                                        str(conf.get("bootstrap.servers")),
-                                        f"{FAMILY} transactions")
-    except lookup.LookupFailed as e:
-        raise e.cause from None  # the caller names a denial
-    finally:
-        looker.close()
-    admin = AdminClient(conf)
-    tps = [TopicPartition(topic, p) for p in parts]
+        def offsets(committed: bool) -> dict[int, int]:
+            got = kafka.list_offsets(wanted, committed=committed, who=who,
+                                     error=ConnectorError, timeout=timeout,
+                                     what=f"{who}: ListOffsets of {topic!r}")
+            return {p: o for (_, p), o in got.items()}
 
-    def offsets(level: Any) -> dict[int, int]:
-        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
-                                     isolation_level=level, request_timeout=timeout)
-        return {tp.partition: f.result(timeout).offset for tp, f in futures.items()}
-
-    stable = offsets(IsolationLevel.READ_COMMITTED)
-    high = offsets(IsolationLevel.READ_UNCOMMITTED)
-    states = [PartitionState(topic, p, stable[p], high[p]) for p in sorted(stable)]
+        stable = offsets(True)
+        high = offsets(False)
+    states = [PartitionEnds(topic, p, stable[p], high[p]) for p in sorted(stable)]
     held = [s for s in states if s.held]
     if held:
         _held_ages(conf, held, timeout)
     return states
 
 
-def _held_ages(conf: dict[str, Any], held: list[PartitionState], timeout: float) -> None:
+def _held_ages(conf: dict[str, Any], held: list[PartitionEnds], timeout: float) -> None:
     """The age of the first record past the LSO of each held partition."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -138,15 +134,17 @@ def report(conf: dict[str, Any], topic: str, sink_id: str, abort_writers: int, t
     def named(call: Callable[[], Any], kind: str, request: str) -> Any:
         try:
             return call()
-        except ConnectorError:
-            raise
         except Exception as e:
             message = access.denied(e, who="transactions", conf=conf, request=request,
                                     needs=[a for a in acls if a.resource == kind])
-            raise ConnectorError(message or f"transactions: {request} failed: {e}") from None
+            if message is not None:
+                raise ConnectorError(message) from None
+            if isinstance(e, ConnectorError):
+                raise
+            raise ConnectorError(f"transactions: {request} failed: {e}") from None
 
-    def states_now() -> list[PartitionState]:
-        states: list[PartitionState] = named(lambda: partition_states(conf, topic, timeout),
+    def states_now() -> list[PartitionEnds]:
+        states: list[PartitionEnds] = named(lambda: partition_states(conf, topic, timeout),
                                              "TOPIC", f"offsets of topic {topic!r}")
         return states
 

@@ -29,8 +29,9 @@ import pyarrow as pa
 
 from connectors.core import failpoints
 from connectors.core.sink import TaskInfo
+from connectors.kafka import clients
 from connectors.kafka.common import FAMILY
-from connectors.kafka.sink import commit_facts, wire
+from connectors.kafka.sink import commit_facts
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.rows import Routing, Rows
 
@@ -64,11 +65,16 @@ def choose(options: KafkaSinkOptions, schema: pa.Schema | None) -> ProducePath:
         why = ("a transactional task that needs its whole input first (a topic column, or "
                "recoveryKeyHeaders=true)")
     else:
-        why = wire.unsupported(options.producer_conf)
+        why = clients.produce_refusal(options.producer_conf)
     if why is not None:
-        wire.note_skipped(f"{FAMILY} {options.sink_id}: {why}")
+        note_librdkafka(f"{FAMILY} {options.sink_id}: {why}")
         return ProducePath(False, headers)
     return ProducePath(True, headers)
+
+
+def note_librdkafka(why: str) -> None:
+    """Say once per process and reason that records go through librdkafka."""
+    clients.note_once(f"{why}; records go through librdkafka, not as record batches")
 
 
 def wire_here(path: ProducePath, options: KafkaSinkOptions) -> bool:
@@ -76,9 +82,9 @@ def wire_here(path: ProducePath, options: KafkaSinkOptions) -> bool:
     built: a cluster's workers need not match the driver)."""
     if not path.wire:
         return False
-    why = wire.unsupported(options.producer_conf)
+    why = clients.produce_refusal(options.producer_conf)
     if why is not None:
-        wire.note_skipped(f"{FAMILY} {options.sink_id}: {why}")
+        note_librdkafka(f"{FAMILY} {options.sink_id}: {why}")
     return why is None
 
 
@@ -115,6 +121,13 @@ class Transport(abc.ABC):
     def fence(self) -> None:
         """2T. Fence earlier attempts of the task's transactional.id (a transactional
         transport; an idempotent one has nothing to fence)."""
+
+    @abc.abstractmethod
+    def read_fact(self, batch_id: int, scope: str,
+                  timeout: float) -> commit_facts.CommitFact | None:
+        """2T. (after the fence) The commit fact of the task's (``batch_id``, writer) in
+        ``scope`` if an earlier attempt's transaction committed it, else None: one stable
+        OffsetFetch of the writer's fact group."""
 
     @abc.abstractmethod
     def begin(self) -> None:

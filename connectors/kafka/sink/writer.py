@@ -39,12 +39,13 @@ from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import TaskInfo
 from connectors.core.sink_state import SinkState
 from connectors.core.threads import Background
-from connectors.kafka.common import FAMILY, attempt_timeout, retrying
-from connectors.kafka.sink import ordering, producers, targets, wire
+from connectors.kafka import clients
+from connectors.kafka.common import FAMILY
+from connectors.kafka.sink import ordering, targets
 from connectors.kafka.sink.options import KafkaSinkOptions
 from connectors.kafka.sink.partitioner import ByteRuns, NullKeyRuns, null_key_start
 from connectors.kafka.sink.rows import route, shape
-from connectors.kafka.sink.transport import Chunk, ProducePath, Transport
+from connectors.kafka.sink.transport import Chunk, ProducePath, Transport, note_librdkafka
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,11 @@ class KafkaWriter:
         if look is not None:
             try:
                 look.result()
-            except wire.UnsupportedBroker as e:
-                wire.note_skipped(str(e))
+            except Exception as e:
+                old = clients.broker_refusal(e)  # brokers older than Kafka 3.6
+                if old is None:
+                    raise
+                note_librdkafka(old)
                 self.transport.close()
                 self.transport = self.open_transport(wire_ok=False)
                 self.look()  # librdkafka's init_transactions fences the wire producer's epoch
@@ -302,49 +306,16 @@ class KafkaWriter:
 
     def watermarks(self, tps: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
         """High watermarks ("latest") of the target partitions, before anything is produced
-        (ListOffsets, read_uncommitted; transient errors such as a leader election are
-        asked again until ``metadataRetryTimeout``)."""
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        from connectors.kafka.wire import admin as wire_admin
-        from connectors.kafka.wire.cluster import Cluster
-        from connectors.kafka.wire.protocol import UnsupportedBroker, WireError
-        from connectors.kafka.wire.settings import Settings, connection_unsupported
-
+        (ListOffsets, read_uncommitted, over the process's cluster: transient errors such as
+        a leader election are asked again until ``metadataRetryTimeout``)."""
         names = ", ".join(f"{t}[{p}]" for t, p in tps[:5]) + (" ..." if len(tps) > 5 else "")
-        what = (f"{FAMILY} {self.sink_id}: ListOffsets (end offsets for the started marker) "
-                f"of {names}")
-        conf = self.options.producer_conf
-        if connection_unsupported(conf) is None:  # the wire client: docs/design.md, "Kafka
-            # nodes that move or go away"
-            cluster = Cluster(Settings.of(conf), f"{FAMILY} {self.sink_id}",
-                              self.options.metadata_retry_timeout)
-            try:
-                got = wire_admin.list_offsets(cluster, dict.fromkeys(tps, wire_admin.LATEST),
-                                              wire_admin.READ_UNCOMMITTED)
-                wire_out: dict[str, dict[str, int]] = {}
-                for (t, p), offset in got.items():
-                    wire_out.setdefault(t, {})[str(p)] = int(offset)
-                return wire_out
-            except UnsupportedBroker:
-                pass  # older than the requests we speak: librdkafka below
-            except WireError as e:
-                raise KafkaSinkError(f"{what} failed: {e}") from None
-            finally:
-                cluster.close()
-
-        def list_offsets() -> dict[str, dict[str, int]]:
-            with producers.admin(self.options.producer_conf) as admin:
-                futures = admin.list_offsets(
-                    {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
-                    isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                    request_timeout=attempt_timeout(30),
-                )
-                out: dict[str, dict[str, int]] = {}
-                for tp, fut in futures.items():
-                    out.setdefault(tp.topic, {})[str(tp.partition)] = int(fut.result().offset)
-                return out
-
-        return retrying(list_offsets, what=what, error=KafkaSinkError,
-                        timeout=self.options.metadata_retry_timeout)
+        with clients.lease(self.options.producer_conf) as cluster:
+            got = cluster.list_offsets(
+                dict.fromkeys(tps, -1), committed=False, who=f"{FAMILY} {self.sink_id}",
+                error=KafkaSinkError, timeout=self.options.metadata_retry_timeout,
+                what=f"{FAMILY} {self.sink_id}: ListOffsets (end offsets for the started "
+                     f"marker) of {names}")
+        out: dict[str, dict[str, int]] = {}
+        for (t, p), offset in got.items():
+            out.setdefault(t, {})[str(p)] = int(offset)
+        return out

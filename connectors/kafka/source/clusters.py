@@ -1,6 +1,11 @@
 """The source's view of its Kafka clusters, on the driver: metadata, offsets, group commits.
 
-One admin client and one group committer per cluster, created on first use and never
+Metadata and offsets come from the process's :class:`connectors.kafka.clients.KafkaCluster`
+of each cluster (the wire client, else librdkafka: the choice is made there): its leaders
+are kept between micro-batches, so a steady ``latestOffset`` is one ListOffsets per leader,
+all sent at once, and a Metadata request only when the kept answer is older than the
+discovery interval or a leader moved. One group committer (a librdkafka consumer that never
+subscribes) per cluster commits the source's group. Both are created on first use and never
 pickled (the Spark reader that owns them travels to executors). Every answer is keyed by
 ``TP = (cluster, topic, partition)``; offsets are next offsets to read.
 """
@@ -13,16 +18,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
-from connectors.kafka import access, preflight
-from connectors.kafka.common import LIBRDKAFKA_LOG, attempt_timeout, retrying
-from connectors.kafka.connect import first_contact, watched_admin
+from connectors.kafka import access, clients, preflight
+from connectors.kafka.common import LIBRDKAFKA_LOG, Lease, attempt_timeout, retrying
 from connectors.kafka.source.offsets import TP, Offsets, tp_name
 from connectors.kafka.source.options import ClusterSpec, KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 
-#: librdkafka's "no offset" (RD_KAFKA_OFFSET_INVALID).
-OFFSET_INVALID = -1001
+#: How long the list of a cluster's partitions is kept between micro-batches (a new
+#: partition, or a new topic matching ``subscribePattern``, is found within it):
+#: ``kafka.topic.metadata.refresh.interval.ms`` where set (librdkafka's name for the same
+#: interval), else this many seconds.
+DISCOVERY_INTERVAL = 10.0
 
 
 class Clusters:
@@ -30,31 +37,25 @@ class Clusters:
 
     def __init__(self, opts: KafkaSourceOptions) -> None:
         self.opts = opts
-        self._admins: dict[str, Any] = {}
+        self._leases: dict[str, Lease[clients.KafkaCluster]] = {}
         self._committers: dict[str, Any] = {}
         self._reached: set[str] = set()  # clusters that answered once (see _first_contact)
+        self._missing_warned: set[tuple[str, str]] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_admins"] = {}
+        state["_leases"] = {}
         state["_committers"] = {}
-        state.pop("_wires", None)
         return state
 
     # -- clients ---------------------------------------------------------------------------
-    def admin(self, cluster: ClusterSpec) -> Any:
-        client = self._admins.get(cluster.name)
-        if client is None:
-            conf: dict[str, Any] = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
-            conf["logger"] = LIBRDKAFKA_LOG
-            client = watched_admin(conf)
-            self._admins[cluster.name] = client
-        return client
-
-    def drop_admin(self, cluster: ClusterSpec) -> None:
-        """Forget the cluster's admin client (its view of the leaders is stale); the next
-        request makes a new one."""
-        self._admins.pop(cluster.name, None)
+    def kafka(self, cluster: ClusterSpec) -> clients.KafkaCluster:
+        """The process's :class:`~connectors.kafka.clients.KafkaCluster` of ``cluster``, held
+        until :meth:`close`."""
+        held = self._leases.get(cluster.name)
+        if held is None:
+            held = self._leases[cluster.name] = clients.acquire(cluster.kafka)
+        return held.client
 
     def committer(self, cluster: ClusterSpec) -> Any:
         """A consumer in the source's group; it only commits offsets, never subscribes."""
@@ -82,58 +83,48 @@ class Clusters:
             except Exception:  # noqa: BLE001, S110 - closing on stop; nothing to recover
                 pass
         self._committers = {}
-        self._admins = {}
-        for client in self.__dict__.pop("_wires", {}).values():
-            if client is not None:
-                client.close()
-
+        for held in self._leases.values():
+            held.release()
+        self._leases = {}
 
     # -- metadata and offsets ---------------------------------------------------------------
     def partitions(self) -> dict[TP, None]:
-        """Current partitions matched by every cluster's subscription (sorted)."""
+        """Current partitions matched by every cluster's subscription (sorted), from
+        metadata at most :func:`discovery_interval` old."""
         out: dict[TP, None] = {}
         started = time.monotonic()
         for c in self.opts.clusters:
-            def metadata(c: ClusterSpec = c) -> Any:
-                return self.admin(c).list_topics(
-                    timeout=attempt_timeout(self.opts.poll_timeout))
-
             if c.name not in self._reached:
                 self._first_contact(c, started)
-            md = retrying(
-                metadata,
-                what=f"eo_kafka: listing the topics of cluster {c.name or c.bootstrap}",
-                error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
-            )
-            named = set(c.subscribe) | {t for t, _ in c.assign}
-            missing = sorted(t for t in named if t not in md.topics
-                             or md.topics[t].error is not None)
+            named = sorted(set(c.subscribe) | {t for t, _ in c.assign})
+            topics = self.kafka(c).topics(
+                named if named else None, who="eo_kafka", error=KafkaSourceError,
+                timeout=self.opts.metadata_retry_timeout, max_age=discovery_interval(c))
+            missing = [t for t in named if t not in topics or topics[t].error]
             self._warn_missing(c, missing)
             if c.assign:
                 for t, p in c.assign:
-                    meta = md.topics.get(t)
-                    if meta is not None and meta.error is None and p in meta.partitions:
+                    meta = topics.get(t)
+                    if meta is not None and not meta.error and p < meta.partitions:
                         out[(c.name, t, p)] = None
                 continue
-            for topic, meta in md.topics.items():
-                if meta.error is not None or topic.startswith("__"):
+            for topic, meta in topics.items():
+                if meta.error or topic.startswith("__"):
                     continue
                 if c.matches(topic):
-                    for p in meta.partitions:
+                    for p in range(meta.partitions):
                         out[(c.name, topic, p)] = None
         return dict.fromkeys(sorted(out))
 
     def _first_contact(self, c: ClusterSpec, started: float) -> None:
         """The first metadata request to a cluster, bounded by ``connectTimeout`` from
-        ``started`` (:func:`connectors.kafka.connect.first_contact`): an unreachable or
-        misconfigured cluster fails in that time with one error that names the bootstrap
-        servers and the likely cause, instead of after the poll and retry deadlines
+        ``started`` (:meth:`connectors.kafka.clients.KafkaCluster.first_contact`): an
+        unreachable or misconfigured cluster fails in that time with one error that names the
+        bootstrap servers and the likely cause, instead of after the poll and retry deadlines
         (minutes) and thousands of librdkafka connection logs."""
-        admin = self.admin(c)
-        first_contact(admin, lambda seconds: admin.list_topics(timeout=seconds),
-                      timeout=self.opts.connect_timeout, who="eo_kafka", bootstrap=c.bootstrap,
-                      conf=c.kafka, error=KafkaSourceError, where="from the Spark driver",
-                      started=started)
+        self.kafka(c).first_contact(who="eo_kafka", timeout=self.opts.connect_timeout,
+                                    error=KafkaSourceError, where="from the Spark driver",
+                                    started=started)
         # A missing ACL fails here, naming it, before any window is planned or read.
         preflight.preflight(c.kafka, self.needs(c), who="eo_kafka",
                             timeout=self.opts.connect_timeout, error=KafkaSourceError,
@@ -154,38 +145,18 @@ class Clusters:
     def _warn_missing(self, c: ClusterSpec, missing: list[str]) -> None:
         """A subscribed topic that does not exist yields 0 rows: say so, once per topic
         (it is read from its first offset as soon as it appears)."""
-        warned: set[tuple[str, str]] = self.__dict__.setdefault("_missing_warned", set())
         for t in missing:
-            if (c.name, t) not in warned:
-                warned.add((c.name, t))
+            if (c.name, t) not in self._missing_warned:
+                self._missing_warned.add((c.name, t))
                 log.warning("eo_kafka: topic %r does not exist on %s; it yields no rows until "
                             "it is created (check the name in subscribe/assign)", t,
                             c.name or c.bootstrap)
 
-    def wire(self, cluster: ClusterSpec) -> Any:
-        """The wire client of ``cluster`` (:mod:`connectors.kafka.wire`), or None where it
-        cannot connect the way librdkafka would (a GSSAPI login, ...)."""
-        from connectors.kafka.wire.cluster import Cluster
-        from connectors.kafka.wire.settings import Settings, connection_unsupported
-
-        wires = self.__dict__.setdefault("_wires", {})
-        if cluster.name not in wires:
-            conf = {k: v for k, v in cluster.kafka.items() if _admin_key(k)}
-            wires[cluster.name] = None if connection_unsupported(conf) is not None else Cluster(
-                Settings.of(conf, client_id="eo-kafka-source"), "eo_kafka",
-                self.opts.metadata_retry_timeout)
-        return wires[cluster.name]
-
     def _list_offsets(self, tps: list[TP], timestamp: Any) -> Offsets:
         """ListOffsets of ``tps``: ``timestamp(tp)`` is -1 (the end: the last stable offset
         under read_committed), -2 (the start) or milliseconds (the first offset at or after
-        it; -1 where there is none). Over the wire client, each partition asked of its
-        leader and asked again after fresh metadata while its leader moves, until
-        ``metadataRetryTimeout``; librdkafka's admin client only where the wire client
-        cannot connect (docs/design.md, "Kafka nodes that move or go away")."""
-        from connectors.kafka.wire import admin
-        from connectors.kafka.wire.protocol import UnsupportedBroker, WireError
-
+        it; -1 where there is none), through the process's cluster (docs/design.md, "Kafka
+        nodes that move or go away")."""
         out: Offsets = {}
         for c in self.opts.clusters:
             mine = [tp for tp in tps if tp[0] == c.name]
@@ -195,62 +166,14 @@ class Clusters:
             names = [tp_name(tp) for tp in mine]
             what = (f"eo_kafka: ListOffsets on cluster {c.name or c.bootstrap} for "
                     f"{names[:5]}{' ...' if len(names) > 5 else ''}")
-            client = self.wire(c)
-            if client is not None:
-                try:
-                    got = admin.list_offsets(
-                        client, {(tp[1], tp[2]): int(timestamp(tp)) for tp in mine},
-                        admin.READ_COMMITTED if committed else admin.READ_UNCOMMITTED,
-                        timeout=self.opts.metadata_retry_timeout)
-                except UnsupportedBroker:
-                    self.__dict__["_wires"][c.name] = None  # older broker: librdkafka
-                except WireError as e:
-                    raise KafkaSourceError(f"{what} failed: {e}") from None
-                else:
-                    out.update({(c.name, t, p): o for (t, p), o in got.items()})
-                    continue
-            out.update(self._list_offsets_librdkafka(c, mine, timestamp, committed, what))
+            # gone_ok: the partition list is kept up to the discovery interval, so a topic
+            # deleted since is found here; left out, the planner reports the data loss.
+            got = self.kafka(c).list_offsets(
+                {(tp[1], tp[2]): int(timestamp(tp)) for tp in mine}, committed=committed,
+                who="eo_kafka", error=KafkaSourceError, timeout=self.opts.metadata_retry_timeout,
+                what=what, gone_ok=True)
+            out.update({(c.name, t, p): o for (t, p), o in got.items()})
         return out
-
-    def _list_offsets_librdkafka(self, c: ClusterSpec, mine: list[TP], timestamp: Any,
-                                 committed: bool, what: str) -> Offsets:
-        from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        def spec(ts: int) -> Any:
-            return (OffsetSpec.latest() if ts == -1 else OffsetSpec.earliest() if ts == -2
-                    else OffsetSpec.for_timestamp(ts))
-
-        isolation = (IsolationLevel.READ_COMMITTED if committed
-                     else IsolationLevel.READ_UNCOMMITTED)
-        request = {TopicPartition(tp[1], tp[2]): spec(int(timestamp(tp))) for tp in mine}
-
-        def list_offsets() -> Offsets:
-            futures = self.admin(c).list_offsets(
-                request, isolation_level=isolation,
-                request_timeout=attempt_timeout(self.opts.poll_timeout),
-            )
-            try:
-                got = {(c.name, ktp.topic, ktp.partition): fut.result().offset
-                       for ktp, fut in futures.items()}
-            except KafkaException:
-                # librdkafka's admin client keeps a partition it saw without a leader
-                # "permanently" so, answering LEADER_NOT_AVAILABLE until its metadata cache
-                # expires: the next try asks with a new client (new metadata).
-                self.drop_admin(c)
-                raise
-            invalid = [tp_name(tp) for tp, offset in got.items() if offset == OFFSET_INVALID]
-            if invalid:
-                # A partition whose leader just moved can come back with no offset and no
-                # error: asked again with a new client, never read as "the log ends at -1001".
-                self.drop_admin(c)
-                raise KafkaException(KafkaError(
-                    KafkaError.LEADER_NOT_AVAILABLE,
-                    f"ListOffsets gave no offset for {invalid[:5]}", retriable=True))
-            return got
-
-        return retrying(list_offsets, what=what, error=KafkaSourceError,
-                        timeout=self.opts.metadata_retry_timeout)
 
     def latest(self, tps: list[TP]) -> Offsets:
         """High watermarks (the last stable offset under read_committed)."""
@@ -320,11 +243,7 @@ class Clusters:
 
 
 
-def _admin_key(key: str) -> bool:
-    # Consumer-only settings make AdminClient warn; pass the connection/security ones.
-    consumer_only = (
-        "group.", "isolation.level", "auto.", "enable.auto", "enable.partition.eof",
-        "queued.", "fetch.", "max.poll", "session.timeout", "heartbeat", "partition.assignment",
-        "check.crcs", "group.id",
-    )
-    return not key.startswith(consumer_only)
+def discovery_interval(c: ClusterSpec) -> float:
+    """Seconds the partition list of ``c`` is kept (:data:`DISCOVERY_INTERVAL`)."""
+    ms = c.kafka.get("topic.metadata.refresh.interval.ms")
+    return DISCOVERY_INTERVAL if ms is None else max(int(ms), 0) / 1000.0

@@ -1,27 +1,28 @@
-"""Kafka's wire protocol, as far as this package speaks it: the request versions, error
-codes, the primitive encodings and one broker connection. The sink's record batches are
-encoded by :mod:`connectors.kafka.sink.wire_encode`; the look-ups both connectors make are in
-:mod:`connectors.kafka.wire.cluster` and :mod:`connectors.kafka.wire.admin`.
+"""Kafka's wire protocol, as far as this package speaks it: the API keys and versions, error
+codes, the primitive encodings and one broker connection. The requests themselves are
+encoded and read in :mod:`connectors.kafka.wire.requests`, record batches in
+:mod:`connectors.kafka.wire.record_batch`.
 
-The request versions without tagged fields are used (Produce 7, Metadata 7,
-FindCoordinator 1, InitProducerId 1, AddPartitionsToTxn 2, AddOffsetsToTxn 2, EndTxn 2,
-TxnOffsetCommit 2: Kafka 2.1 and later, 4.x included); ``ApiVersions`` confirms them on
-every new bootstrap connection. Where the cluster has transactions v2 (KIP-890 part 2), the
-transactional path speaks the flexible versions of :data:`TV2_VERSIONS` instead
-(:mod:`connectors.kafka.wire.flexible`).
+The request versions without tagged fields are used (:data:`VERSIONS`: Kafka 2.1 and
+later, 4.x included); ``ApiVersions`` confirms them on every new look-up connection. Where
+the cluster has transactions v2 (KIP-890 part 2), the transactional path speaks the
+flexible versions of :data:`TV2_VERSIONS` instead.
 """
 
 from __future__ import annotations
 
+import functools
 import select
 import socket
 import ssl
 import struct
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from connectors.core.errors import KafkaSinkError, KafkaSourceError
+from connectors.core.errors import KafkaClientError
 from connectors.kafka.common import FAMILY
 from connectors.kafka.wire.sasl import (
     SASL_AUTHENTICATE,
@@ -31,26 +32,37 @@ from connectors.kafka.wire.sasl import (
 )
 from connectors.kafka.wire.settings import Settings
 
-# API keys and the (non-flexible) versions this module speaks.
-PRODUCE, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 3, 10, 18
-INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+# API keys and the (non-flexible) versions the client speaks.
+PRODUCE, LIST_OFFSETS, METADATA, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS = (
+    0, 2, 3, 9, 10, 15)
+API_VERSIONS = 18
+CREATE_TOPICS, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 19, 22, 24, 25, 26
+TXN_OFFSET_COMMIT, DESCRIBE_CONFIGS = 28, 32
+#: What the producer needs of every broker (ApiVersions on each new look-up connection).
 VERSIONS = {PRODUCE: 7, METADATA: 7, FIND_COORDINATOR: 1, INIT_PRODUCER_ID: 1,
             ADD_PARTITIONS: 2, ADD_OFFSETS: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 2,
             SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 1}
+#: The admin look-ups' versions (:mod:`connectors.kafka.wire.admin`), asked of the cluster
+#: before their first use.
+ADMIN_VERSIONS = {LIST_OFFSETS: 4, DESCRIBE_GROUPS: 3, CREATE_TOPICS: 4, DESCRIBE_CONFIGS: 1,
+                  OFFSET_FETCH: 7}
 #: Transactions v2 (KIP-890 part 2, Kafka 4.0): the partitions and the fact group join the
 #: transaction with the Produce and TxnOffsetCommit themselves, and every EndTxn bumps the
 #: producer epoch. ApiVersions v3 tells whether the cluster finalized ``transaction.version``.
 TV2_VERSIONS = {PRODUCE: 12, END_TXN: 5, TXN_OFFSET_COMMIT: 5, API_VERSIONS: 3}
 #: The first version of each request with tagged fields (KIP-482: a header with tagged
 #: fields, compact strings and arrays); an ApiVersions answer's header never has them.
-FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, FIND_COORDINATOR: 3, INIT_PRODUCER_ID: 2,
-                 ADD_PARTITIONS: 3, ADD_OFFSETS: 3, END_TXN: 3, TXN_OFFSET_COMMIT: 3,
-                 API_VERSIONS: 3, SASL_AUTHENTICATE: 2}
-API_NAMES = {PRODUCE: "Produce", METADATA: "Metadata", FIND_COORDINATOR: "FindCoordinator",
-          INIT_PRODUCER_ID: "InitProducerId", ADD_PARTITIONS: "AddPartitionsToTxn",
-          ADD_OFFSETS: "AddOffsetsToTxn", END_TXN: "EndTxn",
-          TXN_OFFSET_COMMIT: "TxnOffsetCommit", SASL_HANDSHAKE: "SaslHandshake",
-          SASL_AUTHENTICATE: "SaslAuthenticate"}
+FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, OFFSET_FETCH: 6, FIND_COORDINATOR: 3,
+                 INIT_PRODUCER_ID: 2, ADD_PARTITIONS: 3, ADD_OFFSETS: 3, END_TXN: 3,
+                 TXN_OFFSET_COMMIT: 3, API_VERSIONS: 3, SASL_AUTHENTICATE: 2}
+API_NAMES = {PRODUCE: "Produce", LIST_OFFSETS: "ListOffsets", METADATA: "Metadata",
+             OFFSET_FETCH: "OffsetFetch",
+             FIND_COORDINATOR: "FindCoordinator", DESCRIBE_GROUPS: "DescribeGroups",
+             API_VERSIONS: "ApiVersions", CREATE_TOPICS: "CreateTopics",
+             INIT_PRODUCER_ID: "InitProducerId", ADD_PARTITIONS: "AddPartitionsToTxn",
+             ADD_OFFSETS: "AddOffsetsToTxn", END_TXN: "EndTxn",
+             TXN_OFFSET_COMMIT: "TxnOffsetCommit", DESCRIBE_CONFIGS: "DescribeConfigs",
+             SASL_HANDSHAKE: "SaslHandshake", SASL_AUTHENTICATE: "SaslAuthenticate"}
 
 #: Kafka's error codes this module names (org.apache.kafka.common.protocol.Errors).
 ERRORS = {
@@ -69,11 +81,14 @@ ERRORS = {
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 56: "KAFKA_STORAGE_ERROR",
     58: "SASL_AUTHENTICATION_FAILED", 59: "UNKNOWN_PRODUCER_ID",
     74: "FENCED_LEADER_EPOCH", 75: "UNKNOWN_LEADER_EPOCH", 87: "INVALID_RECORD",
-    89: "THROTTLING_QUOTA_EXCEEDED", 90: "PRODUCER_FENCED", 120: "TRANSACTION_ABORTABLE",
+    88: "UNSTABLE_OFFSET_COMMIT", 89: "THROTTLING_QUOTA_EXCEEDED", 90: "PRODUCER_FENCED",
+    120: "TRANSACTION_ABORTABLE",
 }
 #: Asked again (Kafka marks them retriable; CONCURRENT_TRANSACTIONS: the previous attempt's
 #: transaction is still being completed or aborted).
-RETRIABLE = frozenset({3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 41, 51, 56, 74, 75, 89})
+RETRIABLE = frozenset({3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 41, 51, 56, 74, 75, 88, 89})
+#: A partition's leader moved or is being elected: its metadata is stale.
+STALE_LEADER = frozenset({3, 5, 6, 74, 75})
 #: The coordinator moved or is not there: find it again.
 COORDINATOR_MOVED = frozenset({15, 16})
 #: This producer was fenced by a newer attempt of the same task.
@@ -90,19 +105,23 @@ LOOKUP_TIMEOUT = 10.0
 REAUTH_AT = 0.85
 
 
-class WireError(KafkaSinkError, KafkaSourceError):
+class WireError(KafkaClientError):
     """A Kafka error answer, or a connection that failed (:class:`ConnectionLost`); ``code``
-    is Kafka's error code. The wire client serves both connectors, so its error is of both
-    families: whoever catches ``KafkaSinkError`` or ``KafkaSourceError`` around a request
-    catches it, and its message names the connector that asked (``who``)."""
+    is Kafka's error code. Its message names the connector that asked (``who``); the
+    connectors' own errors wrap it where they add what to do (``raise ... from``)."""
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
         self.name = ERRORS.get(code, f"error {code}")
 
+    @property
+    def retriable(self) -> bool:
+        """Kafka marks the error retriable (asking again may succeed)."""
+        return self.code in RETRIABLE
 
-# -- encoding -------------------------------------------------------------------------------------
+
+# -- encoding -----------------------------------------------------------------------------------
 def string(s: str | None) -> bytes:
     if s is None:
         return b"\xff\xff"
@@ -110,7 +129,9 @@ def string(s: str | None) -> bytes:
     return struct.pack(">h", len(b)) + b
 
 
-class _Reader:
+class Reader:
+    """Reads an answer's fields in order (``at``: the next byte)."""
+
     def __init__(self, data: bytes | bytearray | memoryview) -> None:
         self.data, self.at = memoryview(data), 0
 
@@ -182,7 +203,7 @@ def compact(s: str | None) -> bytes:
     return uvarint(len(b) + 1) + b
 
 
-# -- connections ----------------------------------------------------------------------------------
+# -- connections --------------------------------------------------------------------------------
 class ConnectionLost(WireError):
     """A broker connection that broke, timed out or answered out of protocol: every request
     still unanswered on it has an unknown outcome (``unanswered``). Retriable: the caller
@@ -193,15 +214,34 @@ class ConnectionLost(WireError):
         self.unanswered = unanswered
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """``method`` under the connection's lock."""
+
+    @functools.wraps(method)
+    def run(self: Connection, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, run)
+
+
 class Connection:
     """One broker connection. Requests may be pipelined; each answer is matched to its
     request by correlation id, never by position. Any failure (a timeout, a reset, a frame
     too large or out of protocol) closes the connection for good (``broken``): a caller
-    never reads a stale answer from it."""
+    never reads a stale answer from it. Several threads may share it: each send, receive
+    and call holds its lock, and an answer read for another caller waits for it in
+    ``answers``. ``counts``: requests sent, by API key (a counter the owner reads)."""
 
-    def __init__(self, host: str, port: int, settings: Settings) -> None:
+    def __init__(self, host: str, port: int, settings: Settings,
+                 counts: Counter[int] | None = None) -> None:
         self.address = f"{host}:{port}"
         self.settings = settings
+        self.lock = threading.RLock()
+        self.counts: Counter[int] = Counter() if counts is None else counts
         sock = socket.create_connection((host, port), timeout=settings.connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, settings.send_buffer)
@@ -229,6 +269,7 @@ class Connection:
             if lifetime_ms > 0:  # KIP-368: the broker closes the session at its end
                 self.renew_at = time.monotonic() + REAUTH_AT * lifetime_ms / 1000.0
 
+    @_locked
     def usable(self) -> bool:
         """Not broken, and not closed by the broker while it sat idle (``connections.max.idle.ms``,
         a restart, a load balancer's idle timeout). A broker never writes unasked, so an idle
@@ -268,6 +309,7 @@ class Connection:
         """The SASL session is near its end: open a new connection before the next burst."""
         return time.monotonic() >= self.renew_at
 
+    @_locked
     def send(self, api: int, parts: Sequence[bytes | memoryview],
              version: int | None = None) -> int:
         """Send one request (``version``: default :data:`VERSIONS`'); its correlation id, to
@@ -275,7 +317,8 @@ class Connection:
         if self.broken:
             raise self._lost(api, "the connection was already closed")
         self.next_id = (self.next_id + 1) & 0x7FFFFFFF
-        version = VERSIONS.get(api, 0) if version is None else version
+        if version is None:
+            version = VERSIONS.get(api, ADMIN_VERSIONS.get(api, 0))
         header = struct.pack(">hhi", api, version, self.next_id) + self.client_id
         if version >= FLEXIBLE_FROM.get(api, 1 << 15):
             header += b"\x00"  # request header v2: no tagged fields
@@ -283,6 +326,7 @@ class Connection:
                 self.flexible.add(self.next_id)
         size = len(header) + sum(len(p) for p in parts)
         self.pending[self.next_id] = api
+        self.counts[api] += 1
         try:
             self.sock.sendall(struct.pack(">i", size) + header)
             for p in parts:
@@ -291,7 +335,8 @@ class Connection:
             raise self._lost(api, e) from None
         return self.next_id
 
-    def receive(self, correlation: int | None = None) -> _Reader:
+    @_locked
+    def receive(self, correlation: int | None = None) -> Reader:
         """The answer to ``correlation`` (default: the oldest request unanswered). Answers
         of other requests read on the way are kept for their own :meth:`receive`."""
         if correlation is None:
@@ -322,15 +367,16 @@ class Connection:
             else:
                 self.answers[got] = frame
         del self.pending[correlation]
-        reader = _Reader(body)
+        reader = Reader(body)
         reader.at = 4
         if correlation in self.flexible:
             self.flexible.discard(correlation)
             reader.tags()  # response header v1
         return reader
 
+    @_locked
     def call(self, api: int, body: bytes, timeout: float | None = None,
-             version: int | None = None) -> _Reader:
+             version: int | None = None) -> Reader:
         """Send and wait for the answer; ``timeout``: a shorter wait than the socket's (a
         lookup any live broker can answer at once goes elsewhere sooner)."""
         if timeout is None or self.broken:
@@ -363,6 +409,7 @@ class Connection:
             f"{API_NAMES.get(api, f'request {api}')} ({what}); {unanswered} requests "
             "unanswered", unanswered)
 
+    @_locked
     def close(self) -> None:
         self.broken = True
         try:

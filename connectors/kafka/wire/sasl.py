@@ -3,7 +3,7 @@ PLAIN and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), as Kafka speaks them with
 ``SaslHandshake`` v1 and ``SaslAuthenticate`` v1.
 
 Other mechanisms (GSSAPI, OAUTHBEARER) are not spoken here: the sink then produces through
-librdkafka (``wire.unsupported``). The password is never logged, put in an error or shown by
+librdkafka (``connectors.kafka.clients``). The password is never logged, put in an error or shown by
 ``repr``.
 """
 

@@ -1,7 +1,7 @@
-"""The wire path's settings (:mod:`connectors.kafka.sink.wire`): what it takes from the sink's
-librdkafka producer configuration, which of librdkafka's connection settings it honours
-itself, and the TLS context librdkafka would build. A setting of a connection family it does
-not honour sends the records through librdkafka instead (``not_honoured``).
+"""The wire client's settings: what it takes from a connector's librdkafka configuration,
+which of librdkafka's connection settings it honours itself, and the TLS context librdkafka
+would build. A setting of a connection family it does not honour makes the connectors use
+librdkafka for that cluster instead (``not_honoured``, :func:`connection_unsupported`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ DEFAULT_MAX_BATCH_BYTES = 1_000_000
 
 #: librdkafka settings the wire path honours itself (``Settings.of``); every other setting
 #: of the families in :data:`CONNECTION_FAMILIES` sends the records through librdkafka
-#: instead (``wire.unsupported``), so no setting that shapes a connection is silently
+#: instead (:func:`connection_unsupported`), so no setting that shapes a connection is silently
 #: ignored. Settings of other families (linger, batching, queueing) have no meaning here.
 HONOURED = frozenset({
     "bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",

@@ -22,11 +22,11 @@ from tests.integration.cluster_kafka.conftest import IDLE_MS
 def test_list_offsets_after_the_brokers_closed_idle_connections_needs_no_retry(
         cluster, cluster_topic):
     topic = cluster_topic(4)
-    client = Cluster(Settings.of({"bootstrap.servers": cluster.bootstrap}), "eo_kafka", 60)
+    client = Cluster(Settings.of({"bootstrap.servers": cluster.bootstrap}))
     wanted = {(topic, p): admin.LATEST for p in range(4)}
     try:
-        assert admin.list_offsets(client, wanted, admin.READ_UNCOMMITTED) == dict.fromkeys(
-            wanted, 0)
+        assert admin.list_offsets(client, wanted, admin.READ_UNCOMMITTED, 60) == \
+            dict.fromkeys(wanted, 0)
         assert len(client.connections) >= 1  # the leaders' connections, cached
         time.sleep(IDLE_MS / 1000 + 2)
         # timeout=0: one attempt, no retry. A request sent into a closed connection fails it.

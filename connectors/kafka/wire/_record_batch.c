@@ -2,7 +2,7 @@
  * Kafka record batches (magic 2) built straight from Arrow buffers: the transactional
  * sink's wire path (docs/design.md, "Record batches on the wire").
  *
- * connectors/kafka/sink/wire.py calls encode() once per chunk of a task's rows. Without this
+ * connectors/kafka/wire/producer.py calls encode() once per chunk of a task's rows. Without this
  * module (no C compiler at install time, not CPython) the sink hands its rows to librdkafka
  * instead (connectors/kafka/sink/batch_produce.py).
  *
