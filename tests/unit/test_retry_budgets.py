@@ -156,3 +156,41 @@ def test_a_namenode_where_nothing_answers_fails_at_the_connect_timeout() -> None
     assert f"http://127.0.0.1:{port}" in message and "storage.connectTimeout=0.3s" in message
     assert "storage.retryTimeout=120s" in message and "webhdfsUrl" in message, message
     assert not contact.reached(storage.identity())
+
+
+@pytest.mark.parametrize(("text", "is_silent", "is_answer"), [
+    ("Generic S3 error: Error performing HEAD http://127.0.0.1:1/b/x in 6.2s, after 11 "
+     "retries, max_retries: 100, retry_timeout: 5s  - HTTP error: error sending request",
+     True, False),  # a closed port: obstore's retries of the refused connection
+    ("Generic S3 error: Error performing HEAD http://127.0.0.1:2/b/x in 5.0s - HTTP error: "
+     "error sending request", True, False),  # a listener that never answers: timed out
+    ("Generic S3 error: Error performing HEAD http://127.0.0.1:3/b/x in 5.3s, after 24 "
+     "retries, max_retries: 100, retry_timeout: 5s  - Server returned non-2xx status code: "
+     "503 Service Unavailable: ", False, True),  # a store in a brownout answered
+    ("Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in "
+     "2ms - HTTP error: error sending request", False, False),  # no credentials: its own words
+])
+def test_an_object_store_s_silence_is_told_from_its_answers(text: str, is_silent: bool,
+                                                            is_answer: bool) -> None:
+    from obstore.exceptions import GenericError
+
+    from connectors.core.storage.object_store_errors import answered, silent
+
+    assert (silent(GenericError(text)), answered(GenericError(text))) == (is_silent, is_answer)
+
+
+def test_a_database_s_silence_is_told_from_its_answers() -> None:
+    import psycopg
+    import pymysql
+
+    from connectors.jdbc.transient import silent
+
+    assert silent(psycopg.OperationalError('connection failed: connection to server at '
+                                           '"127.0.0.1", port 1 failed: Connection refused'))
+    assert silent(psycopg.OperationalError("connection timeout expired"))
+    assert not silent(psycopg.OperationalError(
+        'connection failed: FATAL:  password authentication failed for user "eo"'))
+    assert silent(pymysql.err.OperationalError(2003, "Can't connect to MySQL server"))
+    assert silent(pymysql.err.OperationalError(2013, "Lost connection (timed out)"))
+    assert not silent(pymysql.err.OperationalError(1045, "Access denied for user"))
+    assert not silent(pymysql.err.OperationalError(1053, "Server shutdown in progress"))

@@ -46,18 +46,24 @@ _LOST_MID_REQUEST = ("ConnectionReset", "ConnectionAborted", "BrokenPipe", "Unex
                      "connection closed before message completed")
 
 
+def _obstore_text(e: BaseException, debug: bool = False) -> str | None:
+    """The message of an obstore error (with ``debug``, its debug dump too, which names the
+    OS error underneath), None for any other."""
+    try:
+        from obstore.exceptions import BaseError
+    except ImportError:  # pragma: no cover - obstore is a core dependency
+        return None
+    if not isinstance(e, BaseError):
+        return None
+    return str(e) if debug else str(e).split("Debug source", 1)[0]
+
+
 def is_transient(e: BaseException) -> bool:
     """An obstore error that running the operation again can outlast (module docstring)."""
     if isinstance(e, (TimeoutError, ConnectionError)):
         return True
-    try:
-        from obstore.exceptions import BaseError
-    except ImportError:  # pragma: no cover - obstore is a core dependency
-        return False
-    if not isinstance(e, BaseError):
-        return False
-    text = str(e)
-    if _obstore_budget_spent(text) or _asked_identity(text):
+    text = _obstore_text(e, debug=True)
+    if text is None or _obstore_budget_spent(text) or _asked_identity(text):
         return False
     return any(marker in text for marker in _LOST_MID_REQUEST)
 
@@ -96,34 +102,26 @@ def silent(e: BaseException) -> bool:
     silence (it has its own message: no credentials were found)."""
     if isinstance(e, (TimeoutError, ConnectionError)):
         return True
-    try:
-        from obstore.exceptions import BaseError
-    except ImportError:  # pragma: no cover - obstore is a core dependency
-        return False
-    if not isinstance(e, BaseError):
-        return False
-    text = str(e).split("Debug source", 1)[0]
-    return not _asked_identity(text) and _status(text) is None and _unreachable(text)
+    text = _obstore_text(e)
+    return text is not None and not _asked_identity(text) and _status(text) is None \
+        and _unreachable(text)
 
 
 def answered(e: BaseException) -> bool:
     """The store answered, whatever it said (404, 403, 412, 5xx)."""
-    try:
-        from obstore.exceptions import (
-            AlreadyExistsError,
-            BaseError,
-            NotFoundError,
-            PermissionDeniedError,
-            PreconditionError,
-            UnauthenticatedError,
-        )
-    except ImportError:  # pragma: no cover - obstore is a core dependency
-        return False
+    from obstore.exceptions import (
+        AlreadyExistsError,
+        NotFoundError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
+
     if isinstance(e, (AlreadyExistsError, NotFoundError, PermissionDeniedError,
                       PreconditionError, UnauthenticatedError, FileNotFoundError)):
         return True
-    text = str(e).split("Debug source", 1)[0]
-    return isinstance(e, BaseError) and not _asked_identity(text) and _status(text) is not None
+    text = _obstore_text(e)
+    return text is not None and not _asked_identity(text) and _status(text) is not None
 
 
 def _status(text: str) -> int | None:
