@@ -75,10 +75,17 @@ class Nemesis:
         """Start the server; return when it answers."""
         raise Unsupported(f"{self.name}: start")
 
-    def down(self, seconds: float) -> float:
-        """Stop cleanly, stay down ``seconds`` (the fault's length), start; returns the
-        seconds it was down."""
-        self.stop()
+    def halt(self) -> None:
+        """SIGKILL the server and leave it down (the machine losing it)."""
+        raise Unsupported(f"{self.name}: halt")
+
+    def down(self, seconds: float, *, kill: bool = False) -> float:
+        """Stop cleanly (SIGKILL it with ``kill``), stay down ``seconds`` (the fault's
+        length), start; returns the seconds it was down, until it answered again."""
+        if kill:
+            self.halt()
+        else:
+            self.stop()
         began = time.monotonic()
         # The outage's length is the fault itself, not a wait for a condition.
         poll_until(lambda: time.monotonic() - began >= seconds, timeout=seconds + 1,
@@ -544,8 +551,11 @@ class SeaweedNemesis(_ProxiedStore):
         self.proxy = proxy
 
     def crash(self) -> None:
-        self.server.halt(kill=True)
+        self.halt()
         self.start()
+
+    def halt(self) -> None:
+        self.server.halt(kill=True)
 
     def stop(self) -> None:
         self.server.halt()

@@ -13,8 +13,9 @@ from connectors.core.wal import WriteAheadLog
 from connectors.files.sink import FileSink
 from tests.helpers import assert_exact, wait_for
 
-#: Records in the topic (2 partitions), and per micro-batch.
-N = 400
+#: Records in the topic (2 partitions), and per micro-batch: 16 batches, as many as the
+#: longest test's phases need with a few to spare (every batch past them repeats a steady one).
+N = 320
 PER_BATCH = 20
 
 

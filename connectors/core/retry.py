@@ -2,9 +2,10 @@
 
 - :func:`retry_until`: ask again on transient errors, with exponential backoff, until a
   deadline; the caller says what is transient and words the final error. The Kafka clients
-  (``kafka/common.retrying``: transient Kafka errors, ``metadataRetryTimeout``) and the JDBC
+  (``kafka/common.retrying``: transient Kafka errors, ``metadataRetryTimeout``), the JDBC
   sink (``jdbc/database.Database.retrying``: the dialect's transient errors,
-  ``retryTimeout``) are both this.
+  ``retryTimeout``) and every first contact (``core/contact.first_contact``: silence, until
+  ``connectTimeout``) are this.
 - :func:`poll_until`: ask a condition until it holds or a timeout passes (no fixed sleeps).
 
 A :class:`~connectors.core.errors.ConnectorError` raised by the call is never retried: it is

@@ -5,21 +5,28 @@ The commit protocol (``connectors.jdbc.sink``) and the staging strategies
 neither calls into the other. A ``Database`` is built from the picklable options in the
 process that needs it (the driver, a Python worker) and is never pickled: it holds the
 dialect, whose engine and connection pool are per process.
+
+Every call goes through :meth:`Database.retrying`, which first makes sure the database
+answered this process once (:meth:`Database.reach`, docs/design.md "Retry budgets: one
+rule"): a database where nothing answers fails within ``connectTimeout``, naming its host
+and port; once it answered, an outage is ridden through within ``retryTimeout``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from connectors.core import failpoints
+from connectors.core import contact, failpoints
 from connectors.core.errors import JdbcSinkError
 from connectors.core.retry import retry_until
 from connectors.core.sink import TaskInfo
+from connectors.jdbc import transient
 from connectors.jdbc.columns import Layout
 from connectors.jdbc.dialects import Dialect, dialect_for
 from connectors.jdbc.metadata import CommitsTable
@@ -58,13 +65,60 @@ class Database:
                 conn = conn.execution_options(**opts)
         return conn
 
+    # -- first contact ----------------------------------------------------------------------
+    @property
+    def contact_key(self) -> Hashable | None:
+        """What "answered this process" is kept by: the server and database (a SQLite file
+        has no address: never a first contact)."""
+        url = self.dialect.url
+        if url.get_backend_name() == "sqlite":
+            return None
+        return ("jdbc", url.render_as_string(hide_password=True))
+
+    def reach(self) -> None:
+        """The first contact (:func:`connectors.core.contact.first_contact`), unless the
+        database answered this process before: a connection of its own (outside the pool),
+        each attempt bounded by what is left of ``connectTimeout``; any answer counts (a
+        refused password fails next, in the call that follows, with its own words)."""
+        if contact.reached(self.contact_key):
+            return
+        o = self.options
+        timeout = min(o.connect_timeout, o.retry_timeout) or 0.1
+        contact.first_contact(self.contact_key, self._probe, timeout=timeout,
+                              answered=lambda e: not transient.silent(e),
+                              fail=self._never_reached, backoff=o.retry_backoff,
+                              max_backoff=min(1.0, o.retry_backoff_max))
+
+    def _probe(self, seconds: float) -> None:
+        engine = self.dialect.engine()
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        cparams.update(_probe_timeouts(engine.url, seconds))
+        engine.dialect.connect(*cargs, **cparams).close()
+
+    def _never_reached(self, e: Exception, attempts: int, seconds: float) -> JdbcSinkError:
+        o = self.options
+        url = self.dialect.url
+        where = f"{url.host or 'localhost'}:{url.port or 'the default port'}"
+        return JdbcSinkError(
+            f"eo_jdbc sink {o.sink_id!r}: cannot reach the database at {o.redacted_url}: "
+            f"nothing answered this process's first contact at {where} within "
+            f"connectTimeout={o.connect_timeout:g}s ({attempts} attempt"
+            f"{'s' if attempts != 1 else ''} over {seconds:.1f}s; last: "
+            f"{self.dialect.describe(e)}). Check the host and port in option 'url', and that "
+            "the server runs and accepts connections from the Spark driver and executors "
+            "(listen_addresses and pg_hba.conf, bind-address, a firewall). A database that "
+            "never answered is not waited for; once it has answered, an outage (a restart, a "
+            f"failover) is ridden through for retryTimeout={o.retry_timeout:g}s")
+
     # -- retries and errors -----------------------------------------------------------------
     def retrying(self, what: str, fn: Callable[[], T], layout: Layout | None = None) -> T:
         """Run ``fn``; run it again on transient database errors (``Dialect.is_transient``)
         with backoff (``retryBackoff`` doubling up to ``retryBackoffMax``), within the budget
         (``retryTimeout`` from the first failure, ``maxRetries``):
         :func:`connectors.core.retry.retry_until`. ``fn`` must be a safe point to start
-        again from: a whole transaction, which a lost connection rolls back."""
+        again from: a whole transaction, which a lost connection rolls back. The database's
+        first contact (:meth:`reach`) comes first."""
+        self.reach()
         o = self.options
         started = time.monotonic()
 
@@ -162,3 +216,16 @@ class Database:
                 return self.commits.last_committed(conn, self.options.sink_id)
 
         return self.retrying(f"reading the last committed batch{why}", work)
+
+
+def _probe_timeouts(url: sa.URL, seconds: float) -> dict[str, Any]:
+    """A first contact's connection waits at most ``seconds`` (and no longer than the URL's
+    own ``connect_timeout``): libpq counts whole seconds, 2 at least; pymysql also bounds
+    the reads of the server's greeting, which a listener that never answers never sends."""
+    own = url.query.get("connect_timeout")
+    if own is not None:
+        seconds = min(seconds, float(own if isinstance(own, str) else own[0]))
+    if url.get_backend_name() == "postgresql":
+        return {"connect_timeout": max(2, math.ceil(seconds))}
+    seconds = max(0.5, seconds)
+    return {"connect_timeout": seconds, "read_timeout": seconds, "write_timeout": seconds}

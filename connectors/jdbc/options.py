@@ -104,17 +104,24 @@ JDBC_SINK_OPTIONS: tuple[Opt, ...] = (
         "the primary key."),
     Opt("batchSize", "batch_size", INTEGER, 10_000, minimum=1,
         help="Rows per `executemany` chunk (SQLite, MySQL, mode `sql`) and per COPY block."),
-    Opt("retryTimeout", "retry_timeout", DURATION, 60.0, minimum=0,
+    Opt("connectTimeout", "connect_timeout", DURATION, 5.0, above=0,
+        help="The bound on the first contact with a database this process has not reached "
+        "yet: where nothing answers (a wrong host or port, a firewall), the sink fails in this "
+        "time with an error naming the host and port, instead of waiting out `retryTimeout`. "
+        "Any answer counts as reached, a refused password or a server still starting "
+        "included. Tasks count the database reached: the driver's checks reached it first."),
+    Opt("retryTimeout", "retry_timeout", DURATION, 120.0, minimum=0,
         deprecated=("retryDeadline",), deprecated_args=("retry_deadline",),
         help="The time budget of one step's retries: a task's staging transaction or the "
         "driver's commit transaction that fails on a transient error (a lost connection, the "
         "server restarting, a serialization failure, a deadlock, a lock timeout, a locked "
-        "SQLite file) is run again, whole, until this long after its first failure. The "
-        "default rides through a database restart or a failover of up to about a minute. "
-        "Other errors fail at once."),
-    Opt("maxRetries", "max_retries", INTEGER, 30, minimum=0,
+        "SQLite file) is run again, whole, until this long after its first failure. Sized for "
+        "a failover (Patroni's 30 s TTL and its promotion, a managed database's 60-120 s) and "
+        "a restart. Other errors fail at once."),
+    Opt("maxRetries", "max_retries", INTEGER, 60, minimum=0,
         help="The count budget: one step is run again at most this many times (whichever "
-        "budget runs out first ends the retries). `0` never retries."),
+        "budget runs out first ends the retries; with the default pauses 60 retries last "
+        "about 5 minutes, so `retryTimeout` decides an outage). `0` never retries."),
     Opt("retryBackoff", "retry_backoff", DURATION, 0.1, above=0,
         help="The pause before the first retry; each next pause doubles, up to "
         "`retryBackoffMax`."),
@@ -161,8 +168,9 @@ class JdbcSinkOptions(Declared):
     table_schema: str | None
     create_table: bool = False
     batch_size: int = 10_000
-    retry_timeout: float = 60.0
-    max_retries: int = 30
+    connect_timeout: float = 5.0
+    retry_timeout: float = 120.0
+    max_retries: int = 60
     retry_backoff: float = 0.1
     retry_backoff_max: float = 5.0
     isolation_level: str | None = None

@@ -114,8 +114,9 @@ class JdbcSink(BatchSink):
         statement: str | None = None,
         create_table: bool = False,
         batch_size: int = 10_000,
-        retry_timeout: float = 60.0,
-        max_retries: int = 30,
+        connect_timeout: float = 5.0,
+        retry_timeout: float = 120.0,
+        max_retries: int = 60,
         retry_backoff: float = 0.1,
         retry_backoff_max: float = 5.0,
         isolation_level: str | None = None,
@@ -128,7 +129,8 @@ class JdbcSink(BatchSink):
     ) -> None:
         """The arguments are the DataSource's options in snake_case (``JDBC_SINK_OPTIONS``,
         the table in docs/jdbc-sink.md); ``keys`` and ``accumulate`` may be lists,
-        durations (``retry_timeout``, ``retry_backoff``, ``retry_backoff_max``) are in
+        durations (``connect_timeout``, ``retry_timeout``, ``retry_backoff``,
+        ``retry_backoff_max``) are in
         seconds. ``retry_deadline`` is the deprecated former name of
         ``retry_timeout``."""
         self._init(JdbcSinkOptions.create(**given(locals())))

@@ -9,7 +9,10 @@ whole commit transaction, whose first step reads the commit row again (a COMMIT 
 answer was lost is found there). Everything else (bad values, missing tables, failed
 authentication, a missing database) fails the batch at once.
 
-``Dialect.is_transient`` of each database is one of the functions below.
+``Dialect.is_transient`` of each database is one of the functions below. :func:`silent`
+tells a connection attempt that nothing answered (refused, timed out, unresolvable, closed
+before the server spoke) from one the server answered, whatever it said: only the first
+keeps a database unreached in a first contact (``Database.reach``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ PG_TRANSIENT = {
     "25P03": "idle_in_transaction_session_timeout",
     "57P05": "idle_session_timeout",
 }
+
+#: pymysql's errors of a connection attempt that no server answered: cannot connect, lost
+#: (or timed out) before the handshake, gone, an unknown host.
+MYSQL_SILENT = frozenset({2002, 2003, 2005, 2006, 2013, 2055})
 
 #: MySQL/MariaDB error numbers after which the whole transaction, run again, can succeed.
 MYSQL_TRANSIENT = {
@@ -78,6 +85,22 @@ def postgres(exc: BaseException) -> bool:
         return True
     # Client-side connection loss (the server closed the socket, a reset) has no SQLSTATE.
     return isinstance(orig, psycopg.OperationalError) and not state
+
+
+def silent(exc: BaseException) -> bool:
+    """Nothing answered the connection attempt (any database's driver)."""
+    orig = _orig(exc)
+    import psycopg
+
+    if isinstance(orig, psycopg.Error):
+        # The server's own refusals carry a SQLSTATE, or at least its FATAL message.
+        text = str(orig)
+        return isinstance(orig, psycopg.OperationalError) and not orig.sqlstate \
+            and "FATAL" not in text and not _PG_FATAL.search(text)
+    if type(orig).__module__.startswith("pymysql"):
+        args: Any = getattr(orig, "args", ())
+        return bool(args) and args[0] in MYSQL_SILENT
+    return isinstance(orig, (ConnectionError, TimeoutError, OSError))
 
 
 def mysql(exc: BaseException) -> bool:

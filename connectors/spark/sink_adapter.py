@@ -33,6 +33,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from connectors.core import contact
 from connectors.core.errors import ConnectorError, OptionError
 from connectors.core.sink import BatchSink, TaskInfo
 from connectors.monitoring import channel
@@ -61,6 +62,9 @@ def _task_info(batch_id: int | None = None, offset: int = 0) -> TaskInfo:
     ctx = TaskContext.get()
     if ctx is None:
         raise ConnectorError("a sink's stage step ran outside a Spark task")
+    # The driver's checks reached every system this task's sink uses before any task ran:
+    # an outage met here is ridden through, never taken for a first contact.
+    contact.in_task()
     if batch_id is None:
         prop = ctx.getLocalProperty(BATCH_ID_PROPERTY)
         if prop is None:

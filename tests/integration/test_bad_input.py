@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sqlite3
 import time
 import uuid
@@ -146,6 +147,33 @@ class Env:
     def mark_baseline(self) -> None:
         """State a stateful case set up on purpose; the check compares against it."""
         self.baseline = snapshot(self)
+
+    # -- addresses where nothing answers (loopback only) ----------------------------------------
+    def closed_port(self) -> int:
+        """A loopback port nothing listens on (bound, then closed again)."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    def silent_port(self) -> int:
+        """A loopback listener that accepts connections (the kernel completes them) and never
+        says a word, open until the case ends."""
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        self.request.addfinalizer(sock.close)
+        return int(sock.getsockname()[1])
+
+    def no_cloud_identity(self) -> None:
+        """Every cloud credential chain's instance-identity endpoint at a closed loopback
+        port: a case that reaches for one never leaves the machine."""
+        mp = self.request.getfixturevalue("monkeypatch")
+        closed = f"http://127.0.0.1:{self.closed_port()}"
+        mp.setenv("AWS_METADATA_ENDPOINT", closed)
+        mp.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", closed)
+        mp.setenv("GCE_METADATA_HOST", closed.split("//", 1)[1])
+        mp.setenv("IDENTITY_ENDPOINT", closed)
+        mp.setenv("MSI_ENDPOINT", closed)
 
 
 def ids(n: int, start: int = 100) -> pa.RecordBatch:
@@ -362,6 +390,18 @@ def jdbc_connect(e: Env, url: str) -> None:
     sink.check_schema(IDS)
 
 
+def jdbc_nothing_answers(e: Env, port: int, driver: str = "postgresql+psycopg") -> None:
+    """A database URL whose host and port nothing answers at, as a user would mistype it:
+    the driver's checks before any task, the first contact with the database."""
+    JdbcSink(f"{driver}://eo:{SECRET}@127.0.0.1:{port}/eo_test", "t", e.sink_id,
+             create_table=True).check_schema(IDS)
+
+
+def files_s3_nothing_answers(e: Env, port: int) -> None:
+    e.no_cloud_identity()
+    files_s3(e, endpoint=f"http://127.0.0.1:{port}")
+
+
 def sqlite_table(e: Env, ddl: str) -> None:
     with sqlite3.connect(e.db) as c:
         c.execute(ddl)
@@ -552,6 +592,16 @@ CASES = [
       "password authentication failed", within=5),
     C("jdbc-unknown-role", lambda e: jdbc_connect(e, e.pg(user="no_such_role")), JdbcSinkError,
       "no_such_role", within=5),
+    C("jdbc-closed-port", lambda e: jdbc_nothing_answers(e, 1), JdbcSinkError,
+      "cannot reach the database", "at 127.0.0.1:1 within", "connectTimeout=5s",
+      "option 'url'", within=10),
+    C("jdbc-silent-host", lambda e: jdbc_nothing_answers(e, e.silent_port()), JdbcSinkError,
+      "cannot reach the database", "127.0.0.1:", "connectTimeout=5s", "option 'url'",
+      within=10),
+    C("jdbc-mysql-silent-host", lambda e: jdbc_nothing_answers(e, e.silent_port(),
+                                                              "mysql+pymysql"),
+      JdbcSinkError, "cannot reach the database", "mysql+pymysql://eo:***@127.0.0.1:",
+      "connectTimeout=5s", within=10),
     C("jdbc-column-not-in-table", jdbc_drift, JdbcSinkError, "extra_col", "'t'"),
     C("jdbc-new-checkpoint", jdbc_regress, BatchOrderError, "batch 0", "last committed batch 2",
       "eo_sink_commits", "sink reset --url"),
@@ -579,8 +629,12 @@ CASES = [
       StorageError, "S3 bucket 'nope-", "does not exist", within=30),
     C("files-s3-wrong-credentials", lambda e: files_s3(e, secretAccessKey=SECRET), StorageError,
       "S3 bucket", "credentials were not accepted", "SignatureDoesNotMatch", within=30),
-    C("files-s3-unreachable", lambda e: files_s3(e, endpoint="http://127.0.0.1:9"),
-      StorageError, "S3 bucket", "unreachable", "127.0.0.1:9", "storage.endpoint", within=30),
+    C("files-s3-unreachable", lambda e: files_s3_nothing_answers(e, 9), StorageError,
+      "S3 bucket", "unreachable", "http://127.0.0.1:9", "storage.endpoint",
+      "storage.connectTimeout=5s", within=10),
+    C("files-s3-silent-endpoint", lambda e: files_s3_nothing_answers(e, e.silent_port()),
+      StorageError, "S3 bucket", "unreachable", "http://127.0.0.1:", "storage.endpoint",
+      "storage.connectTimeout=5s", within=10),
     C("files-s3-no-conditional-writes", files_no_conditional_writes, StorageError,
       "no-conditional-writes", "does not enforce create-if-absent", "If-None-Match",
       within=30),
@@ -601,8 +655,9 @@ CASES = [
     C("ksink-s3-no-bucket", lambda e: KafkaSink.from_options(e.ksink(
         walPath=e.s3_url("wal", bucket=f"nope-{uuid.uuid4().hex[:8]}"),
         **e.s3_options())).check_schema(VALUE), StorageError, "does not exist", within=30),
-    C("kwin-s3-unreachable", lambda e: kwin_s3(e, endpoint="http://127.0.0.1:9"),
-      StorageError, "unreachable", "127.0.0.1:9", within=30),
+    C("kwin-s3-unreachable", lambda e: (e.no_cloud_identity(),
+                                        kwin_s3(e, endpoint="http://127.0.0.1:9")),
+      StorageError, "unreachable", "127.0.0.1:9", "storage.connectTimeout", within=10),
     C("ksrc-s3-typo", lambda e: ksrc(e, walPath="s3://b/wal", **{"storage.regoin": "x"}),
       OptionError, "storage.regoin", "did you mean 'storage.region'"),
     C("files-bad-compression", lambda e: files(e, compression="zip"), OptionError,

@@ -572,7 +572,7 @@ def streaming(spark: Any, tmp_path: Any) -> Iterator[Callable[..., Query]]:
 def test_streaming_query_stays_up_through_database_faults(server: Server,
                                                           streaming: Callable[..., Query]
                                                           ) -> None:
-    """Within the default budget (60 s) nothing ends the query: the sessions killed three
+    """Within the default budget (120 s) nothing ends the query: the sessions killed three
     times, the server SIGKILLed and restarted, the server stopped and started again (30 s
     down on PostgreSQL; 5 s on MariaDB, whose restart path is the same). The output is
     exactly the committed batches, read with the database's own client."""

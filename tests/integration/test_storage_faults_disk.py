@@ -119,7 +119,7 @@ def test_a_full_or_read_only_disk_is_named_never_taken_for_missing_hard_links(
     forget_probes()
 
     # Read-only: named, and not retried (it does not pass by itself), with the default
-    # 10 s budget.
+    # budget (120 s).
     storage, root = _local(disk.directory + "/wal")
     disk.read_only()
     try:
@@ -151,7 +151,7 @@ def test_a_wal_record_cut_short_by_a_full_disk_is_never_visible(disk: DiskNemesi
     assert os.listdir(wal.dir) == ["00000000000000000000.json"]
     assert wal.seqs() == [0] and wal.get(1) is None and wal.last() == (0, {"window": 0})
 
-    # The same write, with the space back within its budget (the default 10 s): it waits,
+    # The same write, with the space back within its budget (the default, 120 s): it waits,
     # then writes the record whole.
     storage, root = _local(disk.directory + "/wal")
     wal = WriteAheadLog(storage, root, "source")

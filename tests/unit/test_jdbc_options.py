@@ -274,13 +274,13 @@ def test_create_table_types() -> None:
 
 def test_the_retry_budget_options_and_their_defaults() -> None:
     o = opts()
-    assert (o.retry_timeout, o.max_retries, o.retry_backoff, o.retry_backoff_max) == \
-        (60.0, 30, 0.1, 5.0)
+    assert (o.connect_timeout, o.retry_timeout, o.max_retries, o.retry_backoff,
+            o.retry_backoff_max) == (5.0, 120.0, 60, 0.1, 5.0)
     assert o.durable_staging is True
-    o = opts(retryTimeout="2m", maxRetries="5", retryBackoff="250ms", retryBackoffMax="3s",
-             durableStaging="false")
-    assert (o.retry_timeout, o.max_retries, o.retry_backoff, o.retry_backoff_max) == \
-        (120.0, 5, 0.25, 3.0)
+    o = opts(retryTimeout="3m", maxRetries="5", retryBackoff="250ms", retryBackoffMax="3s",
+             durableStaging="false", connectTimeout="2s")
+    assert (o.connect_timeout, o.retry_timeout, o.max_retries, o.retry_backoff,
+            o.retry_backoff_max) == (2.0, 180.0, 5, 0.25, 3.0)
     assert o.durable_staging is False
     python = JdbcSink(BASE["url"], "t", "s1", max_retries=0, retry_backoff=0.5).options
     assert (python.max_retries, python.retry_backoff) == (0, 0.5)

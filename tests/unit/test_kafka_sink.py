@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from connectors.core import contact
 from connectors.core.errors import KafkaSinkError, OptionError, SinkOwnershipError
 from connectors.kafka.sink import (
     KafkaSink,
@@ -324,6 +325,7 @@ def test_the_cluster_check_runs_once_per_configuration_and_process_within_its_tt
     monkeypatch.setattr(targets, "partition_counts", lambda options, topics: {})
     monkeypatch.setattr(targets, "check_access", lambda options: None)
     monkeypatch.setattr(sink_module, "_SERVICE_CHECKED", {})
+    monkeypatch.setattr(contact, "_REACHED", set())
 
     def sink(topic: str) -> KafkaSink:
         return KafkaSink("ttl", str(tmp_path / "wal"), bootstrap_servers="127.0.0.1:9",
@@ -366,6 +368,7 @@ def test_a_recheck_that_finds_the_cluster_down_lets_the_query_go_on(tmp_path, mo
     monkeypatch.setattr(targets, "partition_counts", lambda options, topics: {})
     monkeypatch.setattr(targets, "check_access", lambda options: None)
     monkeypatch.setattr(sink_module, "_SERVICE_CHECKED", {})
+    monkeypatch.setattr(contact, "_REACHED", set())
     monkeypatch.setattr(sink_module, "SERVICE_CHECK_TTL_S", 0.0)
 
     def sink(topic: str = "a") -> KafkaSink:

@@ -22,7 +22,7 @@ from connectors.core.storage.webhdfs import is_transient as hdfs_transient
 
 def test_the_budget_is_declared_once_with_defaults_and_applies_to_every_store(
         tmp_path: Any) -> None:
-    assert RetryBudget.of(storage_options_from({}, "t")) == RetryBudget(10.0, 100, 0.1, 2.0)
+    assert RetryBudget.of(storage_options_from({}, "t")) == RetryBudget(120.0, 100, 0.1, 2.0)
     options = storage_options_from({"retryTimeout": "5s", "maxRetries": "3",
                                     "retryBackoff": "10ms", "retryBackoffMax": "1s"}, "t")
     for url in (str(tmp_path), "webhdfs://nn:9870/p", "s3://b/p"):

@@ -274,6 +274,10 @@ def _read_back(storage: Storage, path: str) -> bytes | None:
 
 
 def forget_probes() -> None:
-    """Drop the cached probe verdicts (tests)."""
+    """Drop the cached probe verdicts, and which stores answered this process (tests: the
+    next call to a store is a first contact again)."""
+    from connectors.core import contact
+
     with _PROBE_LOCK:
         _PROBED.clear()
+    contact.forget()

@@ -23,6 +23,12 @@ What a protocol gets here:
   exits normally; an exception aborts it (nothing visible).
 - :meth:`rename` raises: object stores have no atomic rename (``atomic_rename = False``).
 
+A bucket this process has not reached yet is first asked one HEAD through a client whose
+timeouts and retries stop at ``storage.connectTimeout`` (:meth:`_reach`,
+:func:`connectors.core.contact.first_contact`): an endpoint where nothing answers fails in
+seconds, naming its address; once it has answered, every request goes through the client with
+the long budget (``storage.retryTimeout``), which rides through the store's restarts.
+
 Every request is counted per kind (:func:`request_counts`) for the benchmarks.
 """
 
@@ -37,6 +43,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import timedelta
 from typing import IO, Any, TypeVar
 
+from connectors.core import contact
 from connectors.core.errors import OptionError, StorageError
 from connectors.core.storage import stats
 from connectors.core.storage.base import CountingStream, Storage, is_hidden
@@ -45,7 +52,9 @@ from connectors.core.storage.object_store_errors import (
     CREDENTIALS_FROM,
     ObjectStoreErrors,
     _unknown_key,
+    answered,
     is_transient,
+    silent,
 )
 from connectors.core.storage.options import StorageOptions, unknown_storage_option
 from connectors.core.storage.retry import Retried, RetryBudget
@@ -137,23 +146,36 @@ class ObjectStoreStorage(ObjectStoreErrors, Storage):
     # -- the client -----------------------------------------------------------------------------
     @property
     def store(self) -> Any:
-        key = (self.identity(), self.options)
+        """The client with the long retry budget (``storage.retryTimeout``)."""
+        return self._client(first=False)
+
+    def _client(self, first: bool) -> Any:
+        """The client of this process and configuration; ``first``: the one of a first
+        contact, whose request timeout and retries end at ``storage.connectTimeout``."""
+        key = (self.identity(), self.options, first)
         with _STORES_LOCK:
             store = _STORES.get(key)
             if store is None:
-                store, source = self._build()
+                store, source = self._build(first)
                 _STORES[key] = store
                 if source:
-                    CREDENTIALS_FROM[key] = source
+                    CREDENTIALS_FROM[(self.identity(), self.options)] = source
         return store
 
-    def _build(self) -> tuple[Any, str | None]:
+    def _build(self, first: bool = False) -> tuple[Any, str | None]:
         """The client, and where its credentials came from when from the AWS shared files."""
         _obstore()  # the install hint, if it is missing
         from obstore.exceptions import BaseError, UnknownConfigurationKeyError
         from obstore.store import AzureStore, GCSStore, S3Store
 
         config, client, retry = self.options.resolve(self.provider)
+        if first:
+            # A first contact waits for nothing longer than the connect timeout: one request
+            # and obstore's retries of it (short pauses, so its last pause ends near it).
+            seconds = self.first_contact_timeout
+            client["timeout"] = f"{min(seconds, float(self.options.get('requestTimeout')))}s"
+            retry = {**retry, "retry_timeout": seconds, "max_backoff": min(
+                0.5, float(retry["max_backoff"]))}
         # The same budget as every store's (storage.retryTimeout, maxRetries, retryBackoff,
         # retryBackoffMax): obstore retries each request within it (object_store_errors).
         retry_config: dict[str, Any] = {
@@ -187,6 +209,36 @@ class ObjectStoreStorage(ObjectStoreErrors, Storage):
                 f"{self.kind}: cannot configure the {self.provider} client: "
                 f"{self._clean(e)}") from None
 
+    @property
+    def first_contact_timeout(self) -> float:
+        """``storage.connectTimeout``, and never more than the retry budget itself."""
+        return min(float(self.options.get("connectTimeout")),
+                   float(self.options.get("retryTimeout")) or 0.1)
+
+    def _reach(self, op: str, path: str) -> None:
+        """A first contact, unless the store answered this process before: one HEAD of
+        ``path`` through the short client, where any answer counts (404, 403, 503); silence
+        until ``storage.connectTimeout`` fails, naming the endpoint (module docstring)."""
+        if contact.reached(self.identity()):
+            return
+        obstore = _obstore()
+        key = self._key(path) or ".eo-contact"
+
+        def ask(seconds: float) -> None:
+            _count("HEAD")
+            try:
+                obstore.head(self._client(first=True), key)
+            except Exception as e:
+                if silent(e):
+                    raise  # asked again until storage.connectTimeout
+                if answered(e):
+                    return
+                with self._errors(op, path):  # the client's own verdict: no credentials
+                    raise
+
+        contact.first_contact(self.identity(), ask, timeout=self.first_contact_timeout,
+                              fail=lambda e, n, s: self._never_reached(op, path, e, n, s))
+
     def check_options(self) -> None:
         """Build the client once, offline: a bad ``storage.*`` key fails at option time."""
         try:
@@ -218,6 +270,7 @@ class ObjectStoreStorage(ObjectStoreErrors, Storage):
                 spent.append(retried)
             return None
 
+        self._reach(op, path)
         with self._errors(op, path, create=create, spent=spent):
             return self.budget.run(counted, transient=is_transient, give_up=give_up,
                                    what=lambda: f"{self.kind}: {op} {self.url(path)}",
@@ -242,6 +295,7 @@ class ObjectStoreStorage(ObjectStoreErrors, Storage):
     @contextlib.contextmanager
     def open_write(self, path: str) -> Iterator[IO[bytes]]:
         obstore = _obstore()
+        self._reach("write", path)
         _count("PUT")  # at least one; multipart adds a part per 10 MiB
         with self._errors("write", path):
             writer = obstore.open_writer(self.store, self._key(path))

@@ -15,6 +15,11 @@ Two layers retry, both within ``storage.retryTimeout`` and ``storage.maxRetries`
 An error obstore already retried until its budget ran out ("after N retries" with N at
 ``max_retries`` or the time past ``retry_timeout``) is not retried again, and neither is a
 failed request to an instance-identity endpoint (no credentials is not a fault that passes).
+Its message then says how long and how often obstore tried, and which option to raise.
+
+A first contact (``ObjectStoreStorage._reach``) tells :func:`silent` errors (nothing
+answered: refused, timed out, unresolvable) from :func:`answered` ones (any HTTP status):
+only silence keeps a store unreached.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from connectors.core.storage.credentials import (
     aws_files_looked_at,
     profile_secrets,
 )
-from connectors.core.storage.retry import Retried
+from connectors.core.storage.retry import Retried, RetryBudget
 
 #: Where a store's credentials came from, when from the AWS shared files (for its errors).
 CREDENTIALS_FROM: dict[Hashable, str] = {}
@@ -41,18 +46,24 @@ _LOST_MID_REQUEST = ("ConnectionReset", "ConnectionAborted", "BrokenPipe", "Unex
                      "connection closed before message completed")
 
 
+def _obstore_text(e: BaseException, debug: bool = False) -> str | None:
+    """The message of an obstore error (with ``debug``, its debug dump too, which names the
+    OS error underneath), None for any other."""
+    try:
+        from obstore.exceptions import BaseError
+    except ImportError:  # pragma: no cover - obstore is a core dependency
+        return None
+    if not isinstance(e, BaseError):
+        return None
+    return str(e) if debug else str(e).split("Debug source", 1)[0]
+
+
 def is_transient(e: BaseException) -> bool:
     """An obstore error that running the operation again can outlast (module docstring)."""
     if isinstance(e, (TimeoutError, ConnectionError)):
         return True
-    try:
-        from obstore.exceptions import BaseError
-    except ImportError:  # pragma: no cover - obstore is a core dependency
-        return False
-    if not isinstance(e, BaseError):
-        return False
-    text = str(e)
-    if _obstore_budget_spent(text) or _asked_identity(text):
+    text = _obstore_text(e, debug=True)
+    if text is None or _obstore_budget_spent(text) or _asked_identity(text):
         return False
     return any(marker in text for marker in _LOST_MID_REQUEST)
 
@@ -69,8 +80,53 @@ def _obstore_budget_spent(text: str) -> bool:
     return tries >= max_tries or seconds >= timeout
 
 
-def _spent(spent: list[Retried] | None) -> str:
-    return f" ({spent[0]})" if spent else ""
+def _spent(spent: list[Retried] | None, text: str = "",
+           budget: RetryBudget | None = None) -> str:
+    """The retries the storage layer made, or else those obstore made of the request (its
+    message says "in 11.1s, after 15 retries"), with the option to raise."""
+    if spent:
+        return f" ({spent[0]})"
+    m = re.search(r"in ([\d.]+)s, after (\d+) retries", text)
+    if m is None or budget is None:
+        return ""
+    return f" ({Retried(int(m.group(2)) + 1, float(m.group(1)), budget)})"
+
+
+#: A URL's scheme and authority in obstore's message (``Error performing PUT http://h:9/...``)
+_ADDRESS = re.compile(r"\b(https?://[^/\s]+)")
+
+
+def silent(e: BaseException) -> bool:
+    """Nothing answered: the connection was refused, reset before any answer, timed out or
+    never resolved. An instance-identity endpoint that is silent is not the store's
+    silence (it has its own message: no credentials were found)."""
+    if isinstance(e, (TimeoutError, ConnectionError)):
+        return True
+    text = _obstore_text(e)
+    return text is not None and not _asked_identity(text) and _status(text) is None \
+        and _unreachable(text)
+
+
+def answered(e: BaseException) -> bool:
+    """The store answered, whatever it said (404, 403, 412, 5xx)."""
+    from obstore.exceptions import (
+        AlreadyExistsError,
+        NotFoundError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
+
+    if isinstance(e, (AlreadyExistsError, NotFoundError, PermissionDeniedError,
+                      PreconditionError, UnauthenticatedError, FileNotFoundError)):
+        return True
+    text = _obstore_text(e)
+    return text is not None and not _asked_identity(text) and _status(text) is not None
+
+
+def _status(text: str) -> int | None:
+    m = re.search(r"status(?: code)?:? (\d{3})\b", text)
+    return int(m.group(1)) if m else None
 
 
 class ObjectStoreErrors:
@@ -162,12 +218,37 @@ class ObjectStoreErrors:
                     f"{self.kind}: {op} {where}: the client refused the endpoint "
                     f"{self.options.get('endpoint') or 'from the environment'}; an http:// "
                     "endpoint needs storage.allowHttp=true") from None
+            budget = getattr(self, "budget", None)
             if _unreachable(text):
                 raise StorageError(
                     f"{self.kind}: {op} {where}: the store is unreachable at "
-                    f"{self.options.get('endpoint') or 'its default endpoint'} ({text}); "
-                    f"check storage.endpoint, the network and the proxy{_spent(spent)}") from None
-            raise StorageError(f"{self.kind}: {op} {where} failed: {text}{_spent(spent)}") from None
+                    f"{self._address(text)}, which answered this process before ({text}); "
+                    "check that it is running and storage.endpoint, the network and the "
+                    f"proxy{_spent(spent, text, budget)}") from None
+            raise StorageError(f"{self.kind}: {op} {where} failed: "
+                               f"{text}{_spent(spent, text, budget)}") from None
+
+    def _address(self, text: str) -> str:
+        """The endpoint a request went to: the options', else the one obstore names."""
+        endpoint = self.options.get("endpoint")
+        if endpoint:
+            return str(endpoint)
+        m = _ADDRESS.search(text)
+        return m.group(1) if m else "its default endpoint"
+
+    def _never_reached(self, op: str, path: str, e: Exception, attempts: int,
+                       seconds: float) -> StorageError:
+        """A first contact met only silence until ``storage.connectTimeout``."""
+        text = self._clean(e)
+        timeout = self.options.get("connectTimeout")
+        retry = self.options.get("retryTimeout")
+        return StorageError(
+            f"{self.kind}: {op} {self.url(path)}: the store is unreachable at "
+            f"{self._address(text)}: nothing answered this process's first contact within "
+            f"storage.connectTimeout={timeout:g}s ({attempts} attempts over {seconds:.1f}s; "
+            f"{text}). Check storage.endpoint (or AWS_ENDPOINT_URL and the region), the "
+            "network and the proxy. A store that never answered is not waited for; once it "
+            f"has answered, an outage is ridden through for storage.retryTimeout={retry:g}s")
 
     def _from(self) -> str:
         source = CREDENTIALS_FROM.get((self.identity(), self.options))

@@ -17,7 +17,10 @@ The retry budget (``retryTimeout``, ``maxRetries``, ``retryBackoff``, ``retryBac
 applies to every store, local disks and HDFS included: how long a storage operation that
 failed transiently (a full disk, a NameNode restarting, a 503 SlowDown) is run again
 (:mod:`connectors.core.storage.retry`). ``connectTimeout`` and ``requestTimeout`` apply to
-every remote store (HDFS and object stores); every other named option to object stores only.
+every remote store (HDFS and object stores), ``connectTimeout`` also bounding the first
+contact with a store this process has not reached (:mod:`connectors.core.contact`); every
+other named option applies to object stores only. :func:`docs_table` is the table of
+docs/deploying.md.
 
 Secret values (``secretAccessKey``, ``sessionToken``, ``accountKey``, ``sasToken``,
 ``serviceAccountKey`` and any passed-through key whose name says secret/key/token) are kept
@@ -59,7 +62,7 @@ _EVERY = frozenset({"object", "hdfs", "local"})
 
 
 _ALL = "*"
-#: The named options, declared once (the docs table in docs/deploying.md lists the same).
+#: The named options, declared once (docs/deploying.md's table is :func:`docs_table`).
 STORAGE_OPTIONS: tuple[StorageOptionSpec, ...] = (
     StorageOptionSpec("endpoint", "string", {"s3": "endpoint", "azure": "endpoint",
                                              "gcs": "base_url"},
@@ -87,15 +90,20 @@ STORAGE_OPTIONS: tuple[StorageOptionSpec, ...] = (
     StorageOptionSpec("allowHttp", "boolean", {_ALL: "client:allow_http"},
                       "allow http:// endpoints (default: true when the endpoint is http://)"),
     StorageOptionSpec("connectTimeout", "duration", {_ALL: "client:connect_timeout"},
-                      "TCP connect timeout (object stores, HDFS)", 5.0, _REMOTE),
+                      "the TCP connect's timeout, and the bound on the first contact with a "
+                      "store this process has not reached yet: an endpoint or NameNode where "
+                      "nothing answers fails in this time, naming its address", 5.0,
+                      _REMOTE),
     StorageOptionSpec("requestTimeout", "duration", {_ALL: "client:timeout"},
                       "timeout of one request (object stores; HDFS: of each read of its "
                       "answer)", 15.0, _REMOTE),
     StorageOptionSpec("retryTimeout", "duration", {_ALL: "retry:retry_timeout"},
                       "how long a storage operation that failed transiently (a full or "
-                      "failing disk, a NameNode or DataNode restarting, an unreachable store, "
-                      "a 5xx or SlowDown answer) is run again, from its first failure", 10.0,
-                      _EVERY, minimum=0.0),
+                      "failing disk, a NameNode restarting or in safe mode, a DataNode "
+                      "restarting, a store that answered before and is unreachable now, a "
+                      "5xx or SlowDown answer) is run again, from its first failure. Sized "
+                      "for a production NameNode's restart (its start-up, then at least 30 s "
+                      "of safe mode) and an S3 server's", 120.0, _EVERY, minimum=0.0),
     StorageOptionSpec("maxRetries", "integer", {_ALL: "retry:max_retries"},
                       "how many times at most one storage operation is run again "
                       "(whichever budget runs out first ends the retries)", 100, _EVERY,
@@ -107,6 +115,7 @@ STORAGE_OPTIONS: tuple[StorageOptionSpec, ...] = (
                       "the longest pause between two tries", 2.0, _EVERY, minimum=0.01,
                       maximum=300),
 )
+_STORES_SHOWN = {"object": "object stores", "hdfs": "HDFS", "local": "local paths"}
 _BY_LOWER = {o.name.lower(): o for o in STORAGE_OPTIONS}
 _PROVIDER_NAMES = {"s3": "Amazon S3", "gcs": "Google Cloud Storage", "azure": "Azure Blob"}
 
@@ -208,6 +217,35 @@ def _env_endpoint(provider: str) -> str | None:
 def _env_allow_http(provider: str) -> bool | None:
     value = os.environ.get(f"{_ENV_PREFIX[provider]}_ALLOW_HTTP")
     return None if value is None else value.strip().lower() in ("1", "true", "yes")
+
+
+def shown_default(spec: StorageOptionSpec) -> str:
+    if spec.default is None:
+        return ""
+    if spec.kind == "duration":
+        seconds = float(spec.default)
+        return f"`{seconds * 1000:g}ms`" if seconds < 1 else f"`{seconds:g}s`"
+    return f"`{spec.default}`"
+
+
+def docs_table() -> str:
+    """The ``storage.*`` options table of docs/deploying.md, from :data:`STORAGE_OPTIONS`."""
+    rows = ["| option | applies to | default | meaning |", "|---|---|---|---|"]
+    for spec in STORAGE_OPTIONS:
+        if spec.stores == _EVERY:
+            where = "every store, local paths included"
+        elif "hdfs" in spec.stores:
+            where = "object stores, HDFS"
+        else:
+            providers = {p for p in spec.targets if p != _ALL}
+            where = ", ".join(sorted(_PROVIDER_NAMES[p] for p in providers)) \
+                if providers else "object stores"
+        rows.append(f"| `{PREFIX}{spec.name}` | {where} | {shown_default(spec)} | "
+                    f"{spec.help} |")
+    rows.append(f"| `{PREFIX}<key>` | object stores | | any other configuration key of the "
+                "client (obstore, i.e. Arrow's `object_store`), e.g. `storage.sse_kms_key_id`; "
+                "a key it does not know is an error |")
+    return "\n".join(rows) + "\n"
 
 
 def parse_storage_options(reader: OptionReader) -> StorageOptions:

@@ -1,24 +1,24 @@
 """The retry budget of every store: how long a storage operation that failed transiently is
-run again (docs/design.md, "Storage: the commit point is a create"; the table of faults is in
-docs/file-sink.md, "Storage faults").
+run again (docs/design.md, "Storage: the commit point is a create" and "Retry budgets: one
+rule"; the table of faults is in docs/file-sink.md, "Storage faults").
 
 One budget, declared once as ``storage.*`` options (``options.py``) and applied to every
 store, so a full local disk, a NameNode restarting and an S3 503 SlowDown are ridden
 through alike:
 
-- ``storage.retryTimeout`` (10 s): from the operation's first failure, how long it is tried
+- ``storage.retryTimeout`` (120 s): from the operation's first failure, how long it is tried
   again;
 - ``storage.maxRetries`` (100): how many times at most;
 - ``storage.retryBackoff`` (100 ms) doubling up to ``storage.retryBackoffMax`` (2 s): the
-  pauses. With the defaults ``retryTimeout`` decides (100 tries would last minutes).
+  pauses. With the defaults ``retryTimeout`` decides (100 tries last over 3 minutes).
 
-Why 10 s: long enough for a disk someone frees, a server restarted on the same machine, a
-burst of throttling; short enough that a store that is not there at all (a wrong endpoint)
-fails the query's start within half a minute, and that an object store with no credentials
-anywhere says so within 30 s even when the instance-metadata endpoint hangs (obstore's
-budget covers that endpoint too, and a hanging request costs one ``requestTimeout`` past
-it). Raise it to ride through longer outages (a production NameNode stays in safe mode 30 s
-and more after a restart).
+Why 120 s: a production NameNode that restarts loads its namespace, then stays in safe mode
+at least ``dfs.namenode.safemode.extension`` (30 s) after its block reports; an S3 server
+restarted on its machine answers again after its own start-up (SeaweedFS: up to 40 s on a
+busy machine). The anchors agree: obstore's own default is 3 minutes, a Kafka producer
+gives a record 2 (``delivery.timeout.ms``). A store that never answered is not waited for:
+before its first answer in this process, a store's calls are a first contact, bounded by
+``storage.connectTimeout`` (``connectors.core.contact``; each backend's ``_reach``).
 
 On object stores obstore applies this budget to each request itself (its ``RetryConfig``),
 and this module's loop takes only what obstore does not retry (``object_store_errors``).
@@ -60,7 +60,7 @@ class Retried:
 
     def __str__(self) -> str:
         return (f"tried {self.tries} times over {self.seconds:.1f}s; the retry budget is "
-                f"{self.budget}")
+                f"{self.budget}: raise them to ride through a longer outage")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class RetryBudget:
     """``storage.retryTimeout``, ``storage.maxRetries``, ``storage.retryBackoff``,
     ``storage.retryBackoffMax`` (the declared defaults)."""
 
-    timeout: float = 10.0
+    timeout: float = 120.0
     max_retries: int = 100
     backoff: float = 0.1
     backoff_max: float = 2.0

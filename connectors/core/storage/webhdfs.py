@@ -13,6 +13,11 @@ safe mode (``SafeModeException``, or ``RetriableException`` wrapping it), a stan
 - :meth:`WebHdfsStorage.open_write` spools the file locally (in memory up to 16 MiB, then in
   a temp file) and uploads it whole when the block ends, so a DataNode lost in the middle
   costs an upload again, not the task.
+
+A NameNode this process has not reached yet is first asked one GETFILESTATUS through a
+client whose timeouts are ``storage.connectTimeout`` (:meth:`WebHdfsStorage._reach`,
+:func:`connectors.core.contact.first_contact`): any answer counts (safe mode, standby, an
+error page), and silence until then fails naming the NameNode's address.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import tempfile
 from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, TypeVar
 
+from connectors.core import contact
 from connectors.core.errors import StorageError
 from connectors.core.storage import stats
 from connectors.core.storage.base import CountingStream, Storage, is_hidden, temp_name
@@ -70,10 +76,12 @@ class WebHdfsStorage(Storage):
         self.options = options or StorageOptions()
         self.budget = RetryBudget.of(self.options)
         self._client: Any = None
+        self._first_client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_client"] = None  # a requests session does not pickle; rebuilt per process
+        # a requests session does not pickle; rebuilt per process
+        state["_client"] = state["_first_client"] = None
         return state
 
     def __eq__(self, other: object) -> bool:
@@ -92,17 +100,46 @@ class WebHdfsStorage(Storage):
 
     @property
     def client(self) -> Any:
+        """The client of a NameNode that answered this process before."""
         if self._client is None:
-            try:
-                import hdfs
-            except ImportError as e:  # pragma: no cover - hdfs is a core dependency
-                raise StorageError(
-                    "HDFS paths need the 'hdfs' package: pip install pyspark-exactly-once"
-                ) from e
-            timeout = (float(self.options.get("connectTimeout")),
-                       float(self.options.get("requestTimeout")))
-            self._client = hdfs.InsecureClient(self.base_url, user=self.user, timeout=timeout)
+            self._client = self._new_client(float(self.options.get("connectTimeout")),
+                                            float(self.options.get("requestTimeout")))
         return self._client
+
+    def _new_client(self, connect: float, request: float) -> Any:
+        try:
+            import hdfs
+        except ImportError as e:  # pragma: no cover - hdfs is a core dependency
+            raise StorageError(
+                "HDFS paths need the 'hdfs' package: pip install pyspark-exactly-once"
+            ) from e
+        return hdfs.InsecureClient(self.base_url, user=self.user, timeout=(connect, request))
+
+    def _reach(self, path: str) -> None:
+        """A first contact, unless the NameNode answered this process before (module
+        docstring)."""
+        if contact.reached(self.identity()):
+            return
+        seconds = min(float(self.options.get("connectTimeout")),
+                      float(self.options.get("retryTimeout")) or 0.1)
+        if self._first_client is None:
+            self._first_client = self._new_client(seconds, seconds)
+        first = self._first_client
+
+        def fail(e: Exception, attempts: int, took: float) -> StorageError:
+            return StorageError(
+                f"HDFS at {self.display}: nothing answered at the NameNode's address "
+                f"{self.base_url} within storage.connectTimeout="
+                f"{float(self.options.get('connectTimeout')):g}s ({attempts} attempts over "
+                f"{took:.1f}s; {type(e).__name__}: {e}). Check the host and port of the URL "
+                "(webhdfs:// names the NameNode's HTTP address; hdfs:// reaches it on port "
+                f"{DEFAULT_WEBHDFS_PORT} unless webhdfsUrl says otherwise) and that the "
+                "NameNode runs. A NameNode that never answered is not waited for; once it has "
+                "answered, a restart is ridden through for storage.retryTimeout="
+                f"{float(self.options.get('retryTimeout')):g}s")
+
+        contact.first_contact(self.identity(), lambda left: first.status(path, strict=False),
+                              timeout=seconds, fail=fail, answered=lambda e: not silent(e))
 
     def url(self, path: str) -> str:
         return self.display.rstrip("/") + path
@@ -114,6 +151,7 @@ class WebHdfsStorage(Storage):
         def give_up(e: Exception, retried: Retried | None) -> BaseException | None:
             return _hdfs_error(op, where, e, retried)
 
+        self._reach(path)
         return self.budget.run(call, transient=is_transient, give_up=give_up,
                                what=lambda: f"HDFS {op} {where}", store="hdfs", op=op)
 
@@ -251,9 +289,14 @@ class WebHdfsStorage(Storage):
         return int(status.get("length", 0))
 
 
+def silent(e: BaseException) -> bool:
+    """Nothing answered: refused, reset, dropped or timed out before an HTTP answer."""
+    return bool({c.__name__ for c in type(e).__mro__} & _TRANSIENT_CLIENT)
+
+
 def is_transient(e: BaseException) -> bool:
     """A NameNode or DataNode that is restarting, in safe mode, standby or unreachable."""
-    if {c.__name__ for c in type(e).__mro__} & _TRANSIENT_CLIENT:
+    if silent(e):
         # refused, reset, dropped, timed out, a body cut short: the call can run again
         return True
     if type(e).__name__ != "HdfsError":

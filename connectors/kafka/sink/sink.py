@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.core import failpoints
+from connectors.core import contact, failpoints
 from connectors.core.declared import checked_arguments, given
 from connectors.core.errors import KafkaSinkError
 from connectors.core.sink import BatchSink, TaskInfo
@@ -263,7 +263,7 @@ class KafkaSink(BatchSink):
                 targets.ensure_facts_topic(o)
             targets.check_access(o)
         except KafkaSinkError as e:
-            if not (e.unreachable and key in _SERVICE_CHECKED):
+            if not (e.unreachable and contact.reached((FAMILY, key))):
                 raise
             # Checked before in this process: an outage now is no reason to stop the query;
             # the batch's own requests wait it out within their retry budgets.
@@ -273,6 +273,7 @@ class KafkaSink(BatchSink):
             return
         self._cluster_checked = True
         _SERVICE_CHECKED[key] = now
+        contact.mark((FAMILY, key))  # answered: an outage from now on is ridden through
 
     def admit(self, batch_id: int) -> bool:
         """Ownership of walPath, then the batch order (``SinkState.admit``)."""
