@@ -417,6 +417,9 @@ class FakeClusters:
     def commit_group(self, offsets: dict[tuple[str, str, int], int]) -> None:
         self.group_commits.append(dict(offsets))
 
+    def commit_group_soon(self, offsets: dict[tuple[str, str, int], int]) -> None:
+        self.commit_group(offsets)
+
     def close(self) -> None:
         pass
 

@@ -5,8 +5,10 @@ of each cluster (the wire client, else librdkafka: the choice is made there): it
 are kept between micro-batches, so a steady ``latestOffset`` is one ListOffsets per leader,
 all sent at once, and a Metadata request only when the kept answer is older than the
 discovery interval or a leader moved. One group committer (a librdkafka consumer that never
-subscribes) per cluster commits the source's group. Both are created on first use and never
-pickled (the Spark reader that owns them travels to executors). Every answer is keyed by
+subscribes) per cluster commits the source's group, on a thread of its own
+(:meth:`Clusters.commit_group_soon`): the round trip is off the planning path. Both are
+created on first use and never pickled (the Spark reader that owns them travels to
+executors). Every answer is keyed by
 ``TP = (cluster, topic, partition)``; offsets are next offsets to read.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from connectors.core.errors import KafkaSourceError
@@ -41,11 +44,14 @@ class Clusters:
         self._committers: dict[str, Any] = {}
         self._reached: set[str] = set()  # clusters that answered once (see _first_contact)
         self._missing_warned: set[tuple[str, str]] = set()
+        self._group_thread: ThreadPoolExecutor | None = None
+        self._group_commit: Future[None] | None = None  # the one under way, if any
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_leases"] = {}
         state["_committers"] = {}
+        state["_group_thread"] = state["_group_commit"] = None
         return state
 
     # -- clients ---------------------------------------------------------------------------
@@ -77,6 +83,13 @@ class Clusters:
         return client
 
     def close(self) -> None:
+        try:
+            self.settle_group_commit()
+        except Exception as e:  # noqa: BLE001 - closing on stop; the denial was raised before
+            log.warning("eo_kafka: the last group commit failed: %s", e)
+        if self._group_thread is not None:
+            self._group_thread.shutdown(wait=True)
+            self._group_thread = None
         for c in self._committers.values():
             try:
                 c.close()
@@ -203,6 +216,25 @@ class Clusters:
         return {(cluster.name, k.topic, k.partition): k.offset for k in got if k.offset >= 0}
 
     # -- starting and latest offsets -------------------------------------------------------
+
+    def commit_group_soon(self, offsets: Mapping[TP, int]) -> None:
+        """:meth:`commit_group` on the committer's thread: the planner does not wait for the
+        OffsetCommit's round trip (about 10 ms, two thirds of a steady micro-batch's planning;
+        bench/source_throughput.py). Commits stay in order and at most one is under way: this
+        waits for the previous one first, and raises the denial it met (a missing ACL); the
+        last one is waited for by :meth:`close`. The group is for lag tools and
+        ``startingOffsets=group`` only (the WAL or Spark's checkpoint drives replays), so it
+        may trail the WAL by one commit's round trip."""
+        self.settle_group_commit()
+        if self._group_thread is None:
+            self._group_thread = ThreadPoolExecutor(1, thread_name_prefix="eo-kafka-group-commit")
+        self._group_commit = self._group_thread.submit(self.commit_group, dict(offsets))
+
+    def settle_group_commit(self) -> None:
+        """Wait for the group commit under way, if any; raise what it raised."""
+        pending, self._group_commit = self._group_commit, None
+        if pending is not None:
+            pending.result()
 
     def commit_group(self, offsets: Mapping[TP, int]) -> None:
         """Commit ``offsets`` (next offsets to read) to the source's consumer group.

@@ -270,7 +270,8 @@ class KafkaPlanner:
         """Spark's ``commit(end)`` / a window's commit.
 
         1. mark the window that ends at ``end`` committed in the WAL;
-        2. commit ``end`` to the consumer group, so lag tools see the pipeline;
+        2. commit ``end`` to the consumer group, so lag tools see the pipeline (on the group
+           committer's thread: the next commit, or stop, waits for it);
         3. purge old windows (the newest ``WAL_KEEP_WINDOWS`` stay for inspection; the
            retention rule of every log, ``WriteAheadLog.retain``).
         """
@@ -283,7 +284,7 @@ class KafkaPlanner:
             self.wal.commit(window, end)
         failpoints.hit("kafka_source.after_wal_commit", batch)
         # 2.
-        self.clusters.commit_group(end)
+        self.clusters.commit_group_soon(end)
         failpoints.hit("kafka_source.after_group_commit", batch)
         # 3.
         if self.wal is not None and window is not None:
