@@ -292,6 +292,7 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
     import collections
     import logging
     import re
+    import shutil
     import statistics
     import tempfile
 
@@ -336,8 +337,9 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
             "kafka.debug": "protocol"}
     steps: dict[str, list[float]] = collections.defaultdict(list)
     requests: dict[str, dict[str, int]] = {}
+    scratch = tempfile.mkdtemp(prefix="eo-plan-")  # both WALs; removed at the end
     try:
-        reader = stream_reader({**base, "walPath": tempfile.mkdtemp(prefix="eo-plan-"),
+        reader = stream_reader({**base, "walPath": os.path.join(scratch, "stream"),
                                 "kafka.group.id": f"bench-plan-{uuid.uuid4().hex[:8]}"},
                                None)  # type: ignore[arg-type]
         start = reader.initialOffset()
@@ -359,7 +361,7 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
             start = end
         reader.stop()
         opts = KafkaSourceOptions.from_options(
-            {**base, "walPath": tempfile.mkdtemp(prefix="eo-plan-w-"),
+            {**base, "walPath": os.path.join(scratch, "windows"),
              "kafka.group.id": f"bench-plan-w-{uuid.uuid4().hex[:8]}"}, batch=True)
         planner = KafkaPlanner(opts)
         for i in range(batches):
@@ -378,6 +380,7 @@ def planning_cost(bootstrap: str, topic: str, rows: int, batches: int = 10) -> d
                 requests["window"] = counts
         planner.close()
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         protocol.Connection.send = send  # type: ignore[method-assign]
         LIBRDKAFKA_LOG.removeHandler(handler)
         LIBRDKAFKA_LOG.setLevel(level)
