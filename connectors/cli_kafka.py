@@ -112,13 +112,7 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
                                                 min(args.timeout, STABLE_WAIT)),
                 "GROUP", f"OffsetFetch of group {args.group!r}"))
         if not offsets:
-            where = (f"topic {args.topic!r}" if args.topic else
-                     f"any of the {len(topics)} topics this principal may describe")
-            raise ConnectorError(
-                f"lag: group {args.group!r} has no committed offsets on {where} at "
-                f"{args.bootstrap}: a group that never committed (an eo_kafka source "
-                "commits after its first batch), a mistyped --group, or offsets expired "
-                "after the broker's offsets.retention.minutes")
+            raise _no_offsets(args, len(topics))
         first = next(iter(offsets))[0]
 
         def ends_now() -> dict[tuple[str, int], int]:
@@ -134,6 +128,16 @@ def lag(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         looker.close()
     pending = pending_windows(args.wal_path, args) if getattr(args, "wal_path", None) else None
     return _lag_report(args.group, args.bootstrap, offsets, ends, pending)
+
+
+def _no_offsets(args: argparse.Namespace, topics: int) -> ConnectorError:
+    where = (f"topic {args.topic!r}" if args.topic else
+             f"any of the {topics} topics this principal may describe")
+    return ConnectorError(
+        f"lag: group {args.group!r} has no committed offsets on {where} at "
+        f"{args.bootstrap}: a group that never committed (an eo_kafka source "
+        "commits after its first batch), a mistyped --group, or offsets expired "
+        "after the broker's offsets.retention.minutes")
 
 
 def pending_windows(wal_path: str, args: argparse.Namespace) -> list[dict[str, Any]]:
