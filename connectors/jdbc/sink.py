@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import sqlalchemy as sa
 
 from connectors.core import failpoints
 from connectors.core.declared import checked_arguments, given
@@ -123,6 +124,7 @@ class JdbcSink(BatchSink):
         staging_table: str | None = None,
         small_batch_rows: int = 10_000,
         stage_blocks: bool = True,
+        commit_scope: str = "batch",
         durable_staging: bool = True,
         retry_deadline: float | None = None,
     ) -> None:
@@ -185,8 +187,15 @@ class JdbcSink(BatchSink):
         if layout is None:
             db = self.database
             db.ensure_metadata()
-            layout = db.transaction("preparing tables",
-                                    lambda conn: db.tables.prepare(conn, schema), self._layout)
+
+            def prepare(conn: sa.Connection) -> Layout:
+                if self.options.commit_scope == "prepared":
+                    from connectors.jdbc.scopes import check_prepared_capacity
+
+                    check_prepared_capacity(conn, db)
+                return db.tables.prepare(conn, schema)
+
+            layout = db.transaction("preparing tables", prepare, self._layout)
             remember_layout(self.options, schema, layout)
         self._layout = layout
 
@@ -254,6 +263,13 @@ class JdbcSink(BatchSink):
         # reads it from the commit row: batch_id there means it committed (a replay: no-op).
         rows = self._retrying(f"committing batch {batch_id} (step 2)",
                               lambda: self._commit_once(staging, batch_id, msgs))
+        # 2g. What the commit transaction cannot do itself, run again whole on a transient
+        #     error (commitScope=prepared: COMMIT PREPARED what 2c recorded; on a replay too,
+        #     which finishes a commit that stopped between 2f and 2g).
+        if self.options.commit_scope == "prepared":
+            failpoints.hit("jdbc.before_finish", batch_id)
+            self._retrying(f"committing the prepared transactions of batch {batch_id} "
+                           "(step 2g)", lambda: staging.finish(batch_id))
         if rows is None:
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
                      self.options.sink_id, batch_id)
@@ -300,9 +316,16 @@ class JdbcSink(BatchSink):
         that the next commit removes, so a failing cleanup must not hide the original error."""
         db = self.database
         try:
-            # 3. Abort: delete what this batch staged, whichever staging tables exist.
+            # 3. Abort: delete what this batch staged, whichever staging tables exist, and
+            #    roll back what its tasks prepared (commitScope=prepared). With
+            #    commitScope=task the tasks' committed rows stay, with their claims: the
+            #    batch written again skips those tasks.
             with db.connect() as conn, conn.begin():
                 db.tables.delete_batch(conn, batch_id)
+            if self.options.commit_scope == "prepared":
+                from connectors.jdbc.scopes import roll_back_batch
+
+                roll_back_batch(db, batch_id)
         except Exception as e:  # noqa: BLE001 - see docstring
             log.warning("eo_jdbc sink %s: could not remove staged rows of aborted batch %d "
                         "(the next commit removes them): %s", self.options.sink_id, batch_id,

@@ -139,6 +139,11 @@ class Staging(ABC):
     def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
         """Commit (or replay): delete what batches up to ``batch_id`` staged."""
 
+    def finish(self, batch_id: int) -> None:
+        """After the commit transaction (or a replay's): what must happen outside it
+        (``commitScope=prepared``: COMMIT PREPARED). Nothing for the others."""
+        return None
+
 
 class RowStaging(Staging):
     """Tagged rows in the staging table, applied set-based by the write mode
@@ -318,15 +323,27 @@ class InlineStaging(Staging):
     def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
         self.fallback.clear(conn, batch_id, messages)
 
+    def finish(self, batch_id: int) -> None:
+        self.fallback.finish(batch_id)
+
 
 def staging_for(db: Database, layout: Layout, inline_limit: int | None) -> Staging:
-    """The strategy of a sink with this prepared layout: blocks where the layout says so
-    (PostgreSQL append, every column with a binary form), else rows; wrapped by the inline
-    path when the adapter gave a limit (``foreachBatch``)."""
+    """The strategy of a sink with this prepared layout and commit scope: with
+    ``commitScope=batch``, blocks where the layout says so (PostgreSQL append, every column
+    with a binary form), else rows; with ``task`` or ``prepared``, the tasks write into the
+    target themselves (``connectors.jdbc.scopes``). Wrapped by the inline path when the
+    adapter gave a limit (``foreachBatch``)."""
+    from connectors.jdbc.scopes import PreparedCommit, TaskCommit
+
     rows = RowStaging(db, layout)
     chosen: Staging = rows
     store = db.dialect.block_store()
-    if layout.blocks and store is not None and layout.target_types is not None:
+    scope = db.options.commit_scope
+    if scope == "task":
+        chosen = TaskCommit(db, layout, rows)
+    elif scope == "prepared":
+        chosen = PreparedCommit(db, layout, rows)
+    elif layout.blocks and store is not None and layout.target_types is not None:
         chosen = BlockStaging(db, layout, rows, store, layout.target_types)
     if inline_limit is not None:
         chosen = InlineStaging(db, layout, rows, chosen, inline_limit)
