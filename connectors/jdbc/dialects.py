@@ -35,7 +35,7 @@ import sqlalchemy as sa
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.core.options import redact_url
-from connectors.jdbc import pgbinary, pgcopy, transient
+from connectors.jdbc import mysqlbulk, pgbinary, pgcopy, transient
 from connectors.jdbc.columns import (  # noqa: F401 - column_spec & co. are part of this API
     TAG_COLUMNS,
     ColumnSpec,
@@ -43,6 +43,7 @@ from connectors.jdbc.columns import (  # noqa: F401 - column_spec & co. are part
     check_compatible,
     check_values,
     column_spec,
+    first_rows,
 )
 
 #: Seconds one attempt to connect may take (PostgreSQL; unless the URL sets
@@ -480,6 +481,19 @@ class MysqlDialect(Dialect):
                     updates: dict[str, Any]) -> Any:
         # MySQL picks the conflicting unique key itself; a no-op update keeps the row.
         return ins.on_duplicate_key_update(updates or {keys[0]: target.c[keys[0]]})
+
+    def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
+                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
+                   batch_size: int, table: str, types: Sequence[int] | None = None) -> int:
+        """Multi-row INSERTs rendered by Arrow (``connectors.jdbc.mysqlbulk``), or pymysql's
+        ``executemany`` for a column type it does not render."""
+        first, rest = first_rows(batches)
+        if first is None:
+            return 0
+        written = mysqlbulk.write(conn, stage, specs, rest, tags, table, self.prepare_arrow)
+        if written is not None:
+            return written
+        return super().write_rows(conn, stage, specs, batches, tags, batch_size, table, types)
 
     def is_transient(self, exc: BaseException) -> bool:
         return transient.mysql(exc)

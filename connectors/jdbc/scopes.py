@@ -70,6 +70,15 @@ class Prepared:
     committed: bool = False
 
 
+def claim_mismatches(reported: dict[int, int],
+                     claims: dict[int, int]) -> dict[int, tuple[int, int | None]]:
+    """``writer -> (reported rows, recorded rows)`` where a batch's claims and its tasks'
+    reports differ: a task with rows and no claim (or another count), or a claim with rows
+    of a writer that reported none (an earlier run split the batch otherwise)."""
+    return {w: (reported.get(w, 0), claims.get(w)) for w in sorted({*reported, *claims})
+            if reported.get(w, 0) != claims.get(w, 0)}
+
+
 class TaskCommit(Staging):
     """``commitScope=task``: each task commits its rows into the target (step 4)."""
 
@@ -144,8 +153,7 @@ class TaskCommit(Staging):
 
     def check_claims(self, batch_id: int, reported: dict[int, int],
                      claims: dict[int, int]) -> None:
-        bad = {w: (reported.get(w, 0), claims.get(w)) for w in sorted({*reported, *claims})
-               if reported.get(w, 0) != claims.get(w, 0)}
+        bad = claim_mismatches(reported, claims)
         if bad:
             o = self.options
             raise JdbcSinkError(
