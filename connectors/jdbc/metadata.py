@@ -166,6 +166,16 @@ def _now() -> _dt.datetime:
 CLAIMED = -1
 
 
+def tasks_name(commits_name: str) -> str:
+    """``<commit table>_tasks``, at most 63 characters (PostgreSQL's identifier limit)."""
+    import hashlib
+
+    name = f"{commits_name}_tasks"
+    if len(name) <= 63:
+        return name
+    return f"{commits_name[:48]}_{hashlib.sha256(commits_name.encode()).hexdigest()[:8]}_tasks"
+
+
 class TasksTable:
     """``<commit table>_tasks(sink_id, batch_id, writer_id, rows, txn, committed_at)``: one
     row per writer partition of a batch in flight, for the commit scopes that write straight

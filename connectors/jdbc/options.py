@@ -25,7 +25,7 @@ from connectors.core.declared import (
 from connectors.core.errors import OptionError
 from connectors.core.options import redact_url
 from connectors.jdbc.dialects import normalize_url
-from connectors.jdbc.metadata import DEFAULT_NAME
+from connectors.jdbc.metadata import DEFAULT_NAME, tasks_name
 from connectors.jdbc.modes import MODES, Append, WriteMode
 
 FAMILY = "eo_jdbc"
@@ -224,11 +224,7 @@ class JdbcSinkOptions(Declared):
     def tasks_table(self) -> str:
         """``<commit table>_tasks``: the per-task records of commitScope task and prepared
         (``connectors.jdbc.metadata.TasksTable``), beside the commit table."""
-        name = f"{self.metadata_table}_tasks"
-        if len(name) <= 63:
-            return name
-        digest = sha256(self.metadata_table.encode()).hexdigest()[:8]
-        return f"{self.metadata_table[:48]}_{digest}_tasks"
+        return tasks_name(self.metadata_table)
 
     @property
     def qualified_table(self) -> str:

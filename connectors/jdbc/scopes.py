@@ -40,6 +40,7 @@ from connectors.core.sink import TaskInfo
 from connectors.jdbc import pgcopy
 from connectors.jdbc.columns import Layout, first_rows
 from connectors.jdbc.database import Database
+from connectors.jdbc.metadata import TasksTable
 from connectors.jdbc.staging import RowStaging, Staging, new_token
 
 log = logging.getLogger(__name__)
@@ -308,22 +309,32 @@ class PreparedCommit(TaskCommit):
         sink_id = self.options.sink_id
         with self.db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             last = self.commits.last_committed(conn, sink_id)
-            if last is None:
-                return
-            recorded = self.tasks.recorded(conn, sink_id)
-            done = 0
-            for x in prepared_txns(conn, sink_id):
-                if x.txn in recorded:
-                    pgcopy.end_prepared(conn, x.txn, commit=True)
-                    done += 1
-                    if done == 1:
-                        failpoints.hit("jdbc.mid_finish", batch_id)
-                elif x.batch_id <= last:
-                    pgcopy.end_prepared(conn, x.txn, commit=False)
-            # What the record names and is no longer prepared is committed: only 2g commits
-            # a recorded transaction, and nothing rolls one back.
-            self.tasks.delete_txns(conn, sink_id,
-                                   [t for t, b in recorded.items() if b <= last])
+            if last is not None:
+                settle(conn, self.tasks, sink_id, last, batch_id)
+
+
+def settle(conn: sa.Connection, tasks: TasksTable, sink_id: str, up_to: int | None,
+           batch_id: int | None = None) -> tuple[int, int]:
+    """On an autocommit connection: ``COMMIT PREPARED`` the sink's recorded transactions,
+    ``ROLLBACK PREPARED`` its unrecorded ones of batches up to ``up_to`` (None: all, the
+    query being stopped: ``sink reset``), delete those records. ``(committed, rolled
+    back)``."""
+    recorded = tasks.recorded(conn, sink_id)
+    done = dropped = 0
+    for x in prepared_txns(conn, sink_id):
+        if x.txn in recorded:
+            pgcopy.end_prepared(conn, x.txn, commit=True)
+            done += 1
+            if done == 1:
+                failpoints.hit("jdbc.mid_finish", batch_id)
+        elif up_to is None or x.batch_id <= up_to:
+            pgcopy.end_prepared(conn, x.txn, commit=False)
+            dropped += 1
+    # What the record names and is no longer prepared is committed: only 2g commits a
+    # recorded transaction, and nothing rolls one back.
+    tasks.delete_txns(conn, sink_id,
+                      [t for t, b in recorded.items() if up_to is None or b <= up_to])
+    return done, dropped
 
 
 def roll_back_batch(db: Database, batch_id: int) -> int:

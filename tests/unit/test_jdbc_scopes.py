@@ -295,3 +295,20 @@ def test_the_model_catches_a_retry_that_writes_again(monkeypatch: pytest.MonkeyP
         machine.teardown()
 
 
+
+
+def test_sink_reset_forgets_the_claims_of_the_stopped_query(tmp_path: Any) -> None:
+    """A task of batch 1 committed, then the query stopped for good and ``sink reset`` ran:
+    the new query's batch 1 is new input, and its task 0 must write, not find the old
+    claim and skip."""
+    from connectors.jdbc import admin
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    sink = JdbcSink(url, "t", "s", mode="append", create_table=True, commit_scope="task")
+    sink.check_schema(SCHEMA)
+    sink.commit(0, [sink.stage(TaskInfo(0, w), iter([arrow(rows_of(0, w, "append"))]))
+                    for w in (0, 1)])
+    assert sink.stage(TaskInfo(1, 0), iter([arrow(rows_of(1, 0, "append"))])).rows == 3
+    assert admin.reset(url, "s") == 0
+    fresh = [sink.stage(TaskInfo(b, 0), iter([arrow([("new", b)])])) for b in (0, 1)]
+    assert [m.earlier for m in fresh] == [False, False]
