@@ -74,7 +74,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -362,6 +362,15 @@ def best_of(repeat: int, runs: dict[str, Callable[[int], float]],
     return best
 
 
+def counted(db: Pg | Maria, tables: Iterable[str], rows: int) -> None:
+    """After a round: every table holds ``rows`` rows; then empty it for the next."""
+    for t in tables:
+        n = db.count(t)
+        if n != rows:
+            raise RuntimeError(f"{t}: {n} rows written, expected {rows}")
+        db.truncate(t)
+
+
 def small_batches(dsn: str, batches: int, table: str, sink_id: str,
                   scope: str) -> tuple[float, float]:
     """``(commit step, whole batch)`` medians in ms of small batches (2 x 50 rows)."""
@@ -419,14 +428,8 @@ def append_pg(spark: Any, pg: Pg, args: Any, tag: str, sink: str) -> dict[str, f
     runs["raw_copy_csv"] = lambda rep: pg.copy_csv(tables["raw_copy_csv"], data)
     runs["arrow_noop"] = lambda rep: run_noop(df)
 
-    def check() -> None:
-        for t in tables.values():
-            n = pg.count(t)
-            if n != args.rows:
-                raise RuntimeError(f"{t}: {n} rows written, expected {args.rows}")
-            pg.truncate(t)
-
-    best = best_of(args.repeat, runs, check, "append")
+    best = best_of(args.repeat, runs, lambda: counted(pg, tables.values(), args.rows),
+                   "append")
     df.unpersist()
     return best
 
@@ -507,15 +510,9 @@ def append_mariadb(spark: Any, my: Maria, args: Any, tag: str, sink: str) -> dic
                                                             tables["mariadb_spark_jdbc"])
     runs["mariadb_raw_load"] = lambda rep: my.load(tables["mariadb_raw_load"], path)
 
-    def check() -> None:
-        for t in tables.values():
-            n = my.count(t)
-            if n != args.rows:
-                raise RuntimeError(f"{t}: {n} rows written, expected {args.rows}")
-            my.truncate(t)
-
     try:
-        best = best_of(args.repeat, runs, check, "mariadb")
+        best = best_of(args.repeat, runs, lambda: counted(my, tables.values(), args.rows),
+                       "mariadb")
     finally:
         os.unlink(path)
     df.unpersist()

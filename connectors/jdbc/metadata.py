@@ -45,22 +45,13 @@ def reset_after(stored: int) -> int | None:
     return -2 - stored if stored <= -2 else None
 
 
-class CommitsTable:
-    """``eo_sink_commits(sink_id, batch_id, rows, committed_at)`` in one database."""
+class _StateTable:
+    """A table of the sink's own state, created when missing."""
 
-    def __init__(self, name: str = DEFAULT_NAME, schema: str | None = None) -> None:
+    def __init__(self, name: str, schema: str | None, *columns: sa.Column[Any]) -> None:
         self.name = name
         self.schema = schema
-        self.table = sa.Table(
-            name,
-            sa.MetaData(),
-            # VARCHAR, not TEXT: MySQL/MariaDB cannot index an unbounded TEXT primary key.
-            sa.Column("sink_id", sa.String(255), primary_key=True),
-            sa.Column("batch_id", sa.BigInteger, nullable=False),
-            sa.Column("rows", sa.BigInteger),
-            sa.Column("committed_at", sa.DateTime),
-            schema=schema,
-        )
+        self.table = sa.Table(name, sa.MetaData(), *columns, schema=schema)
 
     @property
     def qualified(self) -> str:
@@ -75,6 +66,20 @@ class CommitsTable:
             if "exist" not in str(e.orig).lower():
                 raise
             log.debug("%s was created concurrently", self.qualified)
+
+
+class CommitsTable(_StateTable):
+    """``eo_sink_commits(sink_id, batch_id, rows, committed_at)`` in one database."""
+
+    def __init__(self, name: str = DEFAULT_NAME, schema: str | None = None) -> None:
+        super().__init__(
+            name, schema,
+            # VARCHAR, not TEXT: MySQL/MariaDB cannot index an unbounded TEXT primary key.
+            sa.Column("sink_id", sa.String(255), primary_key=True),
+            sa.Column("batch_id", sa.BigInteger, nullable=False),
+            sa.Column("rows", sa.BigInteger),
+            sa.Column("committed_at", sa.DateTime),
+        )
 
     def register(self, conn: sa.Connection, sink_id: str) -> None:
         """Insert the sink's row (``batch_id = -1``) unless it exists."""
@@ -176,7 +181,7 @@ def tasks_name(commits_name: str) -> str:
     return f"{commits_name[:48]}_{hashlib.sha256(commits_name.encode()).hexdigest()[:8]}_tasks"
 
 
-class TasksTable:
+class TasksTable(_StateTable):
     """``<commit table>_tasks(sink_id, batch_id, writer_id, rows, txn, committed_at)``: one
     row per writer partition of a batch in flight, for the commit scopes that write straight
     into the target (``connectors.jdbc.scopes``, docs/design.md "JDBC sink", steps 4 and 5):
@@ -190,31 +195,15 @@ class TasksTable:
     """
 
     def __init__(self, name: str, schema: str | None = None) -> None:
-        self.name = name
-        self.schema = schema
-        self.table = sa.Table(
-            name,
-            sa.MetaData(),
+        super().__init__(
+            name, schema,
             sa.Column("sink_id", sa.String(255), primary_key=True),
             sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
             sa.Column("writer_id", sa.Integer, primary_key=True, autoincrement=False),
             sa.Column("rows", sa.BigInteger, nullable=False),
             sa.Column("txn", sa.String(200)),
             sa.Column("committed_at", sa.DateTime),
-            schema=schema,
         )
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.schema}.{self.name}" if self.schema else self.name
-
-    def create(self, conn: sa.Connection) -> None:
-        try:
-            self.table.create(conn, checkfirst=True)
-        except sa.exc.DBAPIError as e:
-            if "exist" not in str(e.orig).lower():
-                raise
-            log.debug("%s was created concurrently", self.qualified)
 
     def _key(self, sink_id: str, batch_id: int, writer_id: int) -> Any:
         t = self.table
