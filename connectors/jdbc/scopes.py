@@ -41,7 +41,13 @@ from connectors.jdbc import pgcopy
 from connectors.jdbc.columns import Layout, first_rows
 from connectors.jdbc.database import Database
 from connectors.jdbc.metadata import TasksTable
-from connectors.jdbc.staging import RowStaging, Staging, new_token
+from connectors.jdbc.staging import (
+    BlockStaging,
+    InlineStaging,
+    RowStaging,
+    Staging,
+    new_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -360,3 +366,24 @@ def check_prepared_capacity(conn: sa.Connection, db: Database) -> None:
             "max_prepared_transactions = 0 (PostgreSQL's default). Set it in postgresql.conf "
             "to at least the number of the query's tasks that run at once (a server restart), "
             "or use commitScope=task (each task commits its own rows) or batch")
+
+
+def staging_for(db: Database, layout: Layout, inline_limit: int | None) -> Staging:
+    """The strategy of a sink with this prepared layout and commit scope: with
+    ``commitScope=batch``, blocks where the layout says so (PostgreSQL append, every column
+    with a binary form), else rows; with ``task`` or ``prepared``, the tasks write into the
+    target themselves (``connectors.jdbc.scopes``). Wrapped by the inline path when the
+    adapter gave a limit (``foreachBatch``)."""
+    rows = RowStaging(db, layout)
+    chosen: Staging = rows
+    store = db.dialect.block_store()
+    scope = db.options.commit_scope
+    if scope == "task":
+        chosen = TaskCommit(db, layout, rows)
+    elif scope == "prepared":
+        chosen = PreparedCommit(db, layout, rows)
+    elif layout.blocks and store is not None and layout.target_types is not None:
+        chosen = BlockStaging(db, layout, rows, store, layout.target_types)
+    if inline_limit is not None:
+        chosen = InlineStaging(db, layout, rows, chosen, inline_limit)
+    return chosen

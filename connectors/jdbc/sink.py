@@ -34,7 +34,8 @@ from connectors.jdbc.columns import Layout
 from connectors.jdbc.database import Database
 from connectors.jdbc.metadata import DEFAULT_NAME
 from connectors.jdbc.options import FAMILY, JDBC_SINK_OPTIONS, JdbcSinkOptions
-from connectors.jdbc.staging import Staging, staging_for
+from connectors.jdbc.scopes import staging_for
+from connectors.jdbc.staging import Staging
 from connectors.jdbc.tables import prepared_layout, remember_layout
 from connectors.monitoring import channel
 

@@ -22,8 +22,9 @@ The strategies:
   to the driver as Arrow IPC and the commit transaction writes it itself; a larger one is
   staged by its task through the strategy it wraps.
 
-``staging_for`` chooses, from the prepared layout and the inline limit; a strategy that
-wraps another hands it the messages it does not own, so the commit calls each method once.
+``connectors.jdbc.scopes.staging_for`` chooses, from the commit scope, the prepared layout
+and the inline limit; a strategy that wraps another hands it the messages it does not own, so
+the commit calls each method once.
 """
 
 from __future__ import annotations
@@ -325,29 +326,6 @@ class InlineStaging(Staging):
 
     def finish(self, batch_id: int) -> None:
         self.fallback.finish(batch_id)
-
-
-def staging_for(db: Database, layout: Layout, inline_limit: int | None) -> Staging:
-    """The strategy of a sink with this prepared layout and commit scope: with
-    ``commitScope=batch``, blocks where the layout says so (PostgreSQL append, every column
-    with a binary form), else rows; with ``task`` or ``prepared``, the tasks write into the
-    target themselves (``connectors.jdbc.scopes``). Wrapped by the inline path when the
-    adapter gave a limit (``foreachBatch``)."""
-    from connectors.jdbc.scopes import PreparedCommit, TaskCommit
-
-    rows = RowStaging(db, layout)
-    chosen: Staging = rows
-    store = db.dialect.block_store()
-    scope = db.options.commit_scope
-    if scope == "task":
-        chosen = TaskCommit(db, layout, rows)
-    elif scope == "prepared":
-        chosen = PreparedCommit(db, layout, rows)
-    elif layout.blocks and store is not None and layout.target_types is not None:
-        chosen = BlockStaging(db, layout, rows, store, layout.target_types)
-    if inline_limit is not None:
-        chosen = InlineStaging(db, layout, rows, chosen, inline_limit)
-    return chosen
 
 
 def _to_ipc(batches: list[pa.RecordBatch]) -> bytes:
