@@ -312,6 +312,7 @@ class PreparedCommit(TaskCommit):
         """2g. After the commit (or finding the batch committed): ``COMMIT PREPARED`` every
         recorded transaction still prepared, roll back the sink's other prepared
         transactions of committed batches (losers, orphans), delete the records."""
+        failpoints.hit("jdbc.before_finish", batch_id)
         sink_id = self.options.sink_id
         with self.db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             last = self.commits.last_committed(conn, sink_id)

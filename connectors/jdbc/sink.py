@@ -34,7 +34,7 @@ from connectors.jdbc.columns import Layout
 from connectors.jdbc.database import Database
 from connectors.jdbc.metadata import DEFAULT_NAME
 from connectors.jdbc.options import FAMILY, JDBC_SINK_OPTIONS, JdbcSinkOptions
-from connectors.jdbc.scopes import staging_for
+from connectors.jdbc.scopes import check_prepared_capacity, roll_back_batch, staging_for
 from connectors.jdbc.staging import Staging
 from connectors.jdbc.tables import prepared_layout, remember_layout
 from connectors.monitoring import channel
@@ -191,8 +191,6 @@ class JdbcSink(BatchSink):
 
             def prepare(conn: sa.Connection) -> Layout:
                 if self.options.commit_scope == "prepared":
-                    from connectors.jdbc.scopes import check_prepared_capacity
-
                     check_prepared_capacity(conn, db)
                 return db.tables.prepare(conn, schema)
 
@@ -266,11 +264,9 @@ class JdbcSink(BatchSink):
                               lambda: self._commit_once(staging, batch_id, msgs))
         # 2g. What the commit transaction cannot do itself, run again whole on a transient
         #     error (commitScope=prepared: COMMIT PREPARED what 2c recorded; on a replay too,
-        #     which finishes a commit that stopped between 2f and 2g).
-        if self.options.commit_scope == "prepared":
-            failpoints.hit("jdbc.before_finish", batch_id)
-            self._retrying(f"committing the prepared transactions of batch {batch_id} "
-                           "(step 2g)", lambda: staging.finish(batch_id))
+        #     which finishes a commit that stopped between 2f and 2g; nothing otherwise).
+        self._retrying(f"committing the prepared transactions of batch {batch_id} (step 2g)",
+                       lambda: staging.finish(batch_id))
         if rows is None:
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
                      self.options.sink_id, batch_id)
@@ -324,8 +320,6 @@ class JdbcSink(BatchSink):
             with db.connect() as conn, conn.begin():
                 db.tables.delete_batch(conn, batch_id)
             if self.options.commit_scope == "prepared":
-                from connectors.jdbc.scopes import roll_back_batch
-
                 roll_back_batch(db, batch_id)
         except Exception as e:  # noqa: BLE001 - see docstring
             log.warning("eo_jdbc sink %s: could not remove staged rows of aborted batch %d "
