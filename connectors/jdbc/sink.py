@@ -61,10 +61,15 @@ class JdbcSink(BatchSink):
       staging table ``eo_stage_<sink_id>`` (filled with COPY on PostgreSQL); then
       one commit transaction per batch on the driver. In ``foreachBatch`` a small batch
       (``smallBatchRows``) skips the staging transactions: its rows go to the driver and are
-      written in the commit transaction alone.
+      written in the commit transaction alone. ``commitScope=task`` and ``prepared``
+      (``connectors.jdbc.scopes``): each task writes its rows into the table in its own
+      transaction (committed with its claim, or prepared), and the driver's transaction
+      records the batch: every row is written once, in parallel; a batch then becomes
+      visible task by task (``task``) or at the driver's commit (``prepared``).
 
-    Protocol of one batch ``B`` (docs/design.md, "JDBC sink"; each step is marked ``# 1.``,
-    ``# 2a.``... where it happens):
+    Protocol of one batch ``B`` with ``commitScope=batch`` (docs/design.md, "JDBC sink";
+    each step is marked ``# 1.``, ``# 2a.``... where it happens; steps 4, 5 and 2g, of the
+    other scopes, are in ``connectors.jdbc.scopes``):
 
     1. Stage (each task, ``stage``): a task of a batch below the committed one fails first
        (foreachBatch admitted the batch on the driver); then the staging strategy
