@@ -16,9 +16,14 @@ one of:
   client cannot know it.
 
 In both the client sees the same thing, an error while it waited for the COMMIT's answer;
-only the server knows the outcome. ``CommitFault.port`` is the proxy's local port of the
-upstream connection, which the server shows as the session's client port
-(``pg_stat_activity.client_port``, the processlist's ``host``): the session to end.
+only the server knows the outcome. ``arm(action, statement="COMMIT PREPARED")`` holds a
+PostgreSQL ``COMMIT PREPARED '<gid>'`` instead (a simple Query message that starts with it):
+a killed session does not end a prepared transaction, so with ``hold_commit`` it is still
+prepared afterwards, and with ``hold_answer`` committed.
+
+``CommitFault.port`` is the proxy's local port of the upstream connection, which the server
+shows as the session's client port (``pg_stat_activity.client_port``, the processlist's
+``host``): the session to end.
 """
 
 from __future__ import annotations
@@ -71,22 +76,29 @@ class SqlProxy(TcpProxy):
 
     def __init__(self, target_port: int, protocol: str) -> None:
         super().__init__(target_port)
+        self.protocol = protocol
         self.commit_bytes = COMMIT_BYTES[protocol]
         self._fault: CommitFault | None = None
+        self._match = self.commit_bytes
         self._fault_lock = threading.Lock()
 
-    def arm(self, action: str) -> CommitFault:
+    def arm(self, action: str, statement: str = "COMMIT") -> CommitFault:
         if action not in ("hold_commit", "hold_answer"):
             raise ValueError(f"unknown COMMIT fault {action!r}")
+        if statement != "COMMIT" and self.protocol != "postgresql":
+            raise ValueError(f"{statement!r}: only PostgreSQL's COMMIT PREPARED is known")
         fault = CommitFault(action)
         with self._fault_lock:
             self._fault = fault
+            # The statement's text, as a simple Query message carries it.
+            self._match = (self.commit_bytes if statement == "COMMIT"
+                           else statement.encode() + b" '")
         return fault
 
     def _take_fault(self, data: bytes) -> CommitFault | None:
         with self._fault_lock:
             fault = self._fault
-            if fault is None or self.commit_bytes not in data:
+            if fault is None or self._match not in data:
                 return None
             self._fault = None
             return fault

@@ -26,7 +26,9 @@ from connectors.jdbc.metadata import (
     DEFAULT_NAME,
     NOTHING_COMMITTED,
     CommitsTable,
+    TasksTable,
     reset_after,
+    tasks_name,
 )
 from connectors.jdbc.options import parse_table_name
 
@@ -84,15 +86,30 @@ def reset(url: str, sink_id: str, table: str = DEFAULT_NAME) -> int | None:
     shown = redact_url(url)
     schema, name = parse_table_name(table, "--table")
     commits = CommitsTable(name, schema)
+    tasks = TasksTable(tasks_name(name), schema)
     engine = _engine(url, "sink reset", read_only=False)
     try:
         with engine.begin() as conn:
-            if not sa.inspect(conn).has_table(name, schema=schema):
+            insp = sa.inspect(conn)
+            if not insp.has_table(name, schema=schema):
                 raise ConnectorError(f"sink reset: {shown} has no table {table!r}")
+            has_tasks = insp.has_table(tasks.name, schema=schema)
+            if has_tasks and engine.dialect.name == "postgresql":
+                # commitScope=prepared: what the stopped query prepared is finished first,
+                # as its next commit would have: recorded (its batch committed) committed,
+                # the rest rolled back, so no prepared row of the old query holds a key.
+                from connectors.jdbc.scopes import settle
+
+                with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as auto:
+                    settle(auto, tasks, sink_id, None)
             stored = commits.reset(conn, sink_id)
             if stored is None:
                 raise ConnectorError(f"sink reset: table {table!r} at {shown} has no "
                                      f"row for sink {sink_id!r}: nothing to reset")
+            if has_tasks:
+                # commitScope=task: the old query's claims would make the new query's tasks
+                # of those batch ids write nothing.
+                tasks.delete_up_to(conn, sink_id, 2**62)
     except ConnectorError:
         raise
     except Exception as e:

@@ -35,7 +35,7 @@ import sqlalchemy as sa
 
 from connectors.core.errors import JdbcSinkError, OptionError
 from connectors.core.options import redact_url
-from connectors.jdbc import pgbinary, pgcopy, transient
+from connectors.jdbc import mysqlbulk, pgbinary, pgcopy, transient
 from connectors.jdbc.columns import (  # noqa: F401 - column_spec & co. are part of this API
     TAG_COLUMNS,
     ColumnSpec,
@@ -43,6 +43,7 @@ from connectors.jdbc.columns import (  # noqa: F401 - column_spec & co. are part
     check_compatible,
     check_values,
     column_spec,
+    first_rows,
 )
 
 #: Seconds one attempt to connect may take (PostgreSQL; unless the URL sets
@@ -56,6 +57,15 @@ SMALL_BLOCK_ROWS = 10_000
 # -- URLs and engines -----------------------------------------------------------------------
 _SUPPORTED = "postgresql+psycopg://user@host:5432/db, sqlite:///path/to.db or " \
              "mysql+pymysql://user@host:3306/db"
+
+
+def scratch_name(stage: sa.Table) -> str:
+    """The temporary table of a staging table: named by its name and columns, so a changed
+    staging table (new columns) never meets an old session's scratch table."""
+    import hashlib
+
+    shape = "|".join([stage.schema or "", stage.name, *[c.name for c in stage.columns]])
+    return f"eo_scratch_{hashlib.sha256(shape.encode()).hexdigest()[:16]}"
 
 
 def normalize_url(raw: str) -> sa.URL:
@@ -237,6 +247,19 @@ class Dialect:
     def clear_stage(self, conn: sa.Connection, stage: sa.Table, up_to_batch: int) -> None:
         conn.execute(stage.delete().where(stage.c.eo_batch <= up_to_batch))
 
+    def scratch(self, conn: sa.Connection, stage: sa.Table) -> sa.Table:
+        """An empty temporary table with the staging table's columns (``stage`` with its
+        types where ``binds_types``), private to this connection: where a task of
+        ``commitScope=task`` puts its rows before its write mode's set-based statement moves
+        them into the target, in the same transaction (``connectors.jdbc.scopes``)."""
+        name = scratch_name(stage)
+        quoted = conn.dialect.identifier_preparer.quote(name)
+        conn.exec_driver_sql("DROP TABLE IF EXISTS temp." + quoted)
+        table = sa.Table(name, sa.MetaData(), *[sa.Column(c.name, c.type) for c in stage.columns],
+                         prefixes=["TEMPORARY"])
+        table.create(conn)
+        return table
+
     def block_store(self) -> PostgresDialect | None:
         """Where append can stage binary COPY blocks (PostgreSQL); None elsewhere."""
         return None
@@ -331,6 +354,14 @@ class PostgresDialect(Dialect):
         stages again); if a second writer wrongly shared this sink_id, its commit would
         find its rows missing and fail instead of losing them (see the staged-row check)."""
         pgcopy.truncate_unless_empty(conn, stage)
+
+    def scratch(self, conn: sa.Connection, stage: sa.Table) -> sa.Table:
+        """``CREATE TEMP TABLE IF NOT EXISTS ... (LIKE stage) ON COMMIT DELETE ROWS``: made
+        once per session (the pool keeps it), emptied by every commit, never WAL-logged."""
+        name = scratch_name(stage)
+        pgcopy.create_scratch(conn, name, stage)
+        return sa.Table(name, sa.MetaData(),
+                        *[sa.Column(c.name, sa.types.NullType()) for c in stage.columns])
 
     # -- append through binary COPY blocks (``connectors.jdbc.staging.BlockStaging``) --------
     def block_store(self) -> PostgresDialect:
@@ -435,10 +466,34 @@ class MysqlDialect(Dialect):
     def excluded(self, ins: Any) -> Any:
         return ins.inserted
 
+    def scratch(self, conn: sa.Connection, stage: sa.Table) -> sa.Table:
+        """``CREATE TEMPORARY TABLE ... LIKE stage``, dropped first (neither statement ends
+        the transaction, unlike TRUNCATE); InnoDB keeps a temporary table's rows past a
+        commit, so every use starts from a new one."""
+        name = scratch_name(stage)
+        prep = conn.dialect.identifier_preparer
+        conn.exec_driver_sql("DROP TEMPORARY TABLE IF EXISTS " + prep.quote(name))
+        conn.exec_driver_sql("CREATE TEMPORARY TABLE " + prep.quote(name) + " LIKE "
+                             + prep.format_table(stage))
+        return sa.Table(name, sa.MetaData(), *[sa.Column(c.name, c.type) for c in stage.columns])
+
     def on_conflict(self, ins: Any, target: sa.Table, keys: Sequence[str],
                     updates: dict[str, Any]) -> Any:
         # MySQL picks the conflicting unique key itself; a no-op update keeps the row.
         return ins.on_duplicate_key_update(updates or {keys[0]: target.c[keys[0]]})
+
+    def write_rows(self, conn: sa.Connection, stage: sa.Table, specs: Sequence[ColumnSpec],
+                   batches: Iterable[pa.RecordBatch], tags: tuple[int, int, int] | None,
+                   batch_size: int, table: str, types: Sequence[int] | None = None) -> int:
+        """Multi-row INSERTs rendered by Arrow (``connectors.jdbc.mysqlbulk``), or pymysql's
+        ``executemany`` for a column type it does not render."""
+        first, rest = first_rows(batches)
+        if first is None:
+            return 0
+        written = mysqlbulk.write(conn, stage, specs, rest, tags, table, self.prepare_arrow)
+        if written is not None:
+            return written
+        return super().write_rows(conn, stage, specs, batches, tags, batch_size, table, types)
 
     def is_transient(self, exc: BaseException) -> bool:
         return transient.mysql(exc)

@@ -105,10 +105,12 @@ class WriteMode(ABC):
     # -- the commit's apply step (2c) -----------------------------------------------------
     @abstractmethod
     def apply(self, conn: sa.Connection, dialect: Dialect, target: sa.Table, stage: sa.Table,
-              layout: Layout, where: Any, batch_size: int) -> int | None:
+              layout: Layout, where: Any, batch_size: int, ordered: bool = False) -> int | None:
         """Apply the staged rows selected by ``where`` to ``target`` inside the caller's
         transaction; the number of staged rows read when the database says so exactly
-        (``counted_by_apply``), else None."""
+        (``counted_by_apply``), else None. ``ordered``: touch the target's rows in key order,
+        so that transactions applying rows of one batch side by side (``commitScope=task``)
+        take their row locks in one order and never deadlock on each other."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ class Append(WriteMode):
         return cls(keys)
 
     def apply(self, conn: sa.Connection, dialect: Dialect, target: sa.Table, stage: sa.Table,
-              layout: Layout, where: Any, batch_size: int) -> int | None:
+              layout: Layout, where: Any, batch_size: int, ordered: bool = False) -> int | None:
         columns = layout.table_columns
         sel = sa.select(*[stage.c[c] for c in columns]).where(where)
         stmt = target.insert().from_select(columns, sel)
@@ -177,13 +179,15 @@ class _Merge(WriteMode):
             )
 
     def statement_for(self, dialect: Dialect, target: sa.Table, stage: sa.Table,
-                      layout: Layout, where: Any) -> Any:
+                      layout: Layout, where: Any, ordered: bool = False) -> Any:
         """The set-based statement: ``INSERT ... SELECT`` and the dialect's conflict clause,
         which sets the other columns to the new values and adds the accumulated ones."""
         keys = [layout.column(k) for k in self.keys]
         added = [layout.column(a) for a in self.columns]
         others = [c for c in layout.table_columns if c not in keys and c not in added]
         sel, cols = self._select(stage, layout.table_columns, keys, added, others, where)
+        if ordered:
+            sel = sel.order_by(*[stage.c[k] for k in keys])
         ins = dialect.insert(target).from_select(cols, sel)
         new = dialect.excluded(ins)
         updates: dict[str, Any] = {o: new[o] for o in others}
@@ -198,8 +202,8 @@ class _Merge(WriteMode):
         """The SELECT of the staged rows and the target columns it fills, in its order."""
 
     def apply(self, conn: sa.Connection, dialect: Dialect, target: sa.Table, stage: sa.Table,
-              layout: Layout, where: Any, batch_size: int) -> int | None:
-        conn.execute(self.statement_for(dialect, target, stage, layout, where))
+              layout: Layout, where: Any, batch_size: int, ordered: bool = False) -> int | None:
+        conn.execute(self.statement_for(dialect, target, stage, layout, where, ordered))
         return None
 
 
@@ -280,7 +284,7 @@ class CustomSql(WriteMode):
             )
 
     def apply(self, conn: sa.Connection, dialect: Dialect, target: sa.Table, stage: sa.Table,
-              layout: Layout, where: Any, batch_size: int) -> int | None:
+              layout: Layout, where: Any, batch_size: int, ordered: bool = False) -> int | None:
         stmt = sa.text(self.statement)
         names = layout.names
         result = conn.execute(sa.select(*[stage.c[c] for c in layout.table_columns])

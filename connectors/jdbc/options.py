@@ -25,10 +25,14 @@ from connectors.core.declared import (
 from connectors.core.errors import OptionError
 from connectors.core.options import redact_url
 from connectors.jdbc.dialects import normalize_url
-from connectors.jdbc.metadata import DEFAULT_NAME
+from connectors.jdbc.metadata import DEFAULT_NAME, tasks_name
 from connectors.jdbc.modes import MODES, Append, WriteMode
 
 FAMILY = "eo_jdbc"
+
+#: ``commitScope``: what one database transaction makes visible (docs/jdbc-sink.md, "Commit
+#: scopes"); ``connectors.jdbc.scopes`` holds the types they choose.
+COMMIT_SCOPES = ("batch", "task", "prepared")
 
 # Spark's JDBC spellings -> SQLAlchemy's.
 ISOLATION_LEVELS = {
@@ -142,6 +146,17 @@ JDBC_SINK_OPTIONS: tuple[Opt, ...] = (
         help="PostgreSQL append: tasks stage binary COPY blocks and the commit COPYs them into "
         "the table (see Performance). `false` stages rows and commits with `INSERT ... "
         "SELECT` on the server, for a slow link between the Spark driver and the database."),
+    Opt("commitScope", "commit_scope", CHOICE, "batch", choices=COMMIT_SCOPES,
+        help="What one database transaction makes visible (see [Commit scopes](#commit-scopes)). "
+        "`batch`: the whole batch at once, in the driver's commit transaction; the tasks stage "
+        "their rows first, so every row is written twice. `task`: each task writes its rows "
+        "straight into the table and commits them in its own transaction with a record of "
+        "`(sink_id, batch, task)`, so a reader sees a batch arrive task by task (a batch that "
+        "fails half-way stays half there until the restarted query writes the rest), each row "
+        "is written once and the tasks write in parallel. `prepared` (PostgreSQL, mode "
+        "`append`, `max_prepared_transactions` above 0): each task writes its rows straight "
+        "into the table and PREPAREs its transaction; the driver records the batch, then "
+        "commits the prepared transactions, so a failed batch shows nothing."),
     Opt("durableStaging", "durable_staging", BOOLEAN, True,
         help="PostgreSQL: the staging tables are ordinary (WAL-logged) tables, so staged rows "
         "survive a server crash between the tasks' staging and the driver's commit and the "
@@ -180,6 +195,7 @@ class JdbcSinkOptions(Declared):
     staging_schema: str | None = None
     small_batch_rows: int = 10_000
     stage_blocks: bool = True
+    commit_scope: str = "batch"
     durable_staging: bool = True
 
     # The option values as given, read from the write mode (which owns them).
@@ -211,6 +227,12 @@ class JdbcSinkOptions(Declared):
             return name
         digest = sha256(self.staging_table.encode()).hexdigest()[:8]
         return f"{self.staging_table[:46]}_{digest}_blocks"
+
+    @property
+    def tasks_table(self) -> str:
+        """``<commit table>_tasks``: the per-task records of commitScope task and prepared
+        (``connectors.jdbc.metadata.TasksTable``), beside the commit table."""
+        return tasks_name(self.metadata_table)
 
     @property
     def qualified_table(self) -> str:
@@ -246,6 +268,15 @@ class JdbcSinkOptions(Declared):
         else:
             stage_schema = schema if table else meta_schema
             stage_name = staging_name(v["sink_id"])
+        if v["commit_scope"] == "prepared":
+            if url.get_backend_name() != "postgresql":
+                raise v.error("commit_scope", "'prepared' needs PostgreSQL (PREPARE TRANSACTION), "
+                              f"not {url.get_backend_name()}", "commitScope=task or batch")
+            if kind is not Append:
+                raise v.error("commit_scope", f"'prepared' writes mode 'append' only, not "
+                              f"'{kind.name}': prepared transactions keep their row locks until "
+                              "the driver commits them, so two tasks updating one key would "
+                              "wait for each other forever", "commitScope=task or batch")
         if v["retry_backoff_max"] < v["retry_backoff"]:
             raise v.error("retry_backoff_max",
                           f"({v['retry_backoff_max']:g}s) is below option "

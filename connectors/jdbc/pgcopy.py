@@ -91,6 +91,15 @@ def create_stage_like(conn: sa.Connection, stage: sa.Table, target: sa.Table,
     ))
 
 
+def create_scratch(conn: sa.Connection, name: str, stage: sa.Table) -> None:
+    """A session's temporary copy of ``stage``'s columns, emptied at every commit."""
+    from psycopg import sql
+
+    raw(conn).execute(sql.SQL(
+        "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS").format(
+        sql.Identifier(name), ident(stage)))
+
+
 # -- rows -------------------------------------------------------------------------------------
 def copy_rows(conn: sa.Connection, table: sa.Table, specs: Sequence[ColumnSpec],
               batches: Iterable[pa.RecordBatch], tags: Tags | None, batch_size: int,
@@ -263,6 +272,45 @@ def copy_blocks(conn: sa.Connection, reader: sa.Connection, target: sa.Table,
                         copy.write(data)
             copy.write(pgbinary.TRAILER)
         return int(cur.rowcount)
+
+
+# -- two-phase commit (``connectors.jdbc.scopes.PreparedCommit``) ------------------------------
+def prepare_transaction(conn: sa.Connection, txn: str) -> None:
+    """``PREPARE TRANSACTION txn``: the open transaction becomes a prepared one, which
+    survives this session and a server restart until ``COMMIT PREPARED``/``ROLLBACK
+    PREPARED``. The session is then outside any transaction, so the COMMIT that ends the
+    caller's block is a no-op (psycopg commits nothing on an idle session)."""
+    from psycopg import sql
+
+    raw(conn).execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn)))
+
+
+def end_prepared(conn: sa.Connection, txn: str, commit: bool) -> bool:
+    """``COMMIT PREPARED`` or ``ROLLBACK PREPARED`` on an autocommit connection; False
+    when ``txn`` is no longer prepared (ended by an earlier call whose answer was lost, or
+    by another process)."""
+    import psycopg
+    from psycopg import sql
+
+    verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
+    try:
+        raw(conn).execute(sql.SQL(verb).format(sql.Literal(txn)))
+    except psycopg.errors.UndefinedObject:
+        return False
+    return True
+
+
+def prepared_gids(conn: sa.Connection, prefix: str) -> list[str]:
+    """The gids of this database's prepared transactions that start with ``prefix``."""
+    rows = raw(conn).execute(
+        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+        "AND left(gid, length(%s)) = %s ORDER BY prepared", (prefix, prefix))
+    return [str(g) for (g,) in rows.fetchall()]
+
+
+def max_prepared_transactions(conn: sa.Connection) -> int:
+    row = raw(conn).execute("SHOW max_prepared_transactions").fetchone()
+    return int(row[0]) if row else 0
 
 
 def set_logged(conn: sa.Connection, table: sa.Table, logged: bool) -> None:

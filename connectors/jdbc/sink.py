@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import sqlalchemy as sa
 
 from connectors.core import failpoints
 from connectors.core.declared import checked_arguments, given
@@ -33,7 +34,8 @@ from connectors.jdbc.columns import Layout
 from connectors.jdbc.database import Database
 from connectors.jdbc.metadata import DEFAULT_NAME
 from connectors.jdbc.options import FAMILY, JDBC_SINK_OPTIONS, JdbcSinkOptions
-from connectors.jdbc.staging import Staging, staging_for
+from connectors.jdbc.scopes import check_prepared_capacity, roll_back_batch, staging_for
+from connectors.jdbc.staging import Staging
 from connectors.jdbc.tables import prepared_layout, remember_layout
 from connectors.monitoring import channel
 
@@ -59,10 +61,15 @@ class JdbcSink(BatchSink):
       staging table ``eo_stage_<sink_id>`` (filled with COPY on PostgreSQL); then
       one commit transaction per batch on the driver. In ``foreachBatch`` a small batch
       (``smallBatchRows``) skips the staging transactions: its rows go to the driver and are
-      written in the commit transaction alone.
+      written in the commit transaction alone. ``commitScope=task`` and ``prepared``
+      (``connectors.jdbc.scopes``): each task writes its rows into the table in its own
+      transaction (committed with its claim, or prepared), and the driver's transaction
+      records the batch: every row is written once, in parallel; a batch then becomes
+      visible task by task (``task``) or at the driver's commit (``prepared``).
 
-    Protocol of one batch ``B`` (docs/design.md, "JDBC sink"; each step is marked ``# 1.``,
-    ``# 2a.``... where it happens):
+    Protocol of one batch ``B`` with ``commitScope=batch`` (docs/design.md, "JDBC sink";
+    each step is marked ``# 1.``, ``# 2a.``... where it happens; steps 4, 5 and 2g, of the
+    other scopes, are in ``connectors.jdbc.scopes``):
 
     1. Stage (each task, ``stage``): a task of a batch below the committed one fails first
        (foreachBatch admitted the batch on the driver); then the staging strategy
@@ -124,6 +131,7 @@ class JdbcSink(BatchSink):
         staging_table: str | None = None,
         small_batch_rows: int = 10_000,
         stage_blocks: bool = True,
+        commit_scope: str = "batch",
         durable_staging: bool = True,
         retry_deadline: float | None = None,
     ) -> None:
@@ -187,8 +195,13 @@ class JdbcSink(BatchSink):
         if layout is None:
             db = self.database
             db.ensure_metadata()
-            layout = db.transaction("preparing tables",
-                                    lambda conn: db.tables.prepare(conn, schema), self._layout)
+
+            def prepare(conn: sa.Connection) -> Layout:
+                if self.options.commit_scope == "prepared":
+                    check_prepared_capacity(conn, db)
+                return db.tables.prepare(conn, schema)
+
+            layout = db.transaction("preparing tables", prepare, self._layout)
             remember_layout(self.options, schema, layout)
         self._layout = layout
 
@@ -256,6 +269,11 @@ class JdbcSink(BatchSink):
         # reads it from the commit row: batch_id there means it committed (a replay: no-op).
         rows = self._retrying(f"committing batch {batch_id} (step 2)",
                               lambda: self._commit_once(staging, batch_id, msgs))
+        # 2g. What the commit transaction cannot do itself, run again whole on a transient
+        #     error (commitScope=prepared: COMMIT PREPARED what 2c recorded; on a replay too,
+        #     which finishes a commit that stopped between 2f and 2g; nothing otherwise).
+        self._retrying(f"committing the prepared transactions of batch {batch_id} (step 2g)",
+                       lambda: staging.finish(batch_id))
         if rows is None:
             log.info("eo_jdbc sink %s: batch %d was already committed; replay is a no-op",
                      self.options.sink_id, batch_id)
@@ -302,9 +320,14 @@ class JdbcSink(BatchSink):
         that the next commit removes, so a failing cleanup must not hide the original error."""
         db = self.database
         try:
-            # 3. Abort: delete what this batch staged, whichever staging tables exist.
+            # 3. Abort: delete what this batch staged, whichever staging tables exist, and
+            #    roll back what its tasks prepared (commitScope=prepared). With
+            #    commitScope=task the tasks' committed rows stay, with their claims: the
+            #    batch written again skips those tasks.
             with db.connect() as conn, conn.begin():
                 db.tables.delete_batch(conn, batch_id)
+            if self.options.commit_scope == "prepared":
+                roll_back_batch(db, batch_id)
         except Exception as e:  # noqa: BLE001 - see docstring
             log.warning("eo_jdbc sink %s: could not remove staged rows of aborted batch %d "
                         "(the next commit removes them): %s", self.options.sink_id, batch_id,

@@ -22,8 +22,9 @@ The strategies:
   to the driver as Arrow IPC and the commit transaction writes it itself; a larger one is
   staged by its task through the strategy it wraps.
 
-``staging_for`` chooses, from the prepared layout and the inline limit; a strategy that
-wraps another hands it the messages it does not own, so the commit calls each method once.
+``connectors.jdbc.scopes.staging_for`` chooses, from the commit scope, the prepared layout
+and the inline limit; a strategy that wraps another hands it the messages it does not own, so
+the commit calls each method once.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ class Staging(ABC):
     @abstractmethod
     def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
         """Commit (or replay): delete what batches up to ``batch_id`` staged."""
+
+    def finish(self, batch_id: int) -> None:
+        """After the commit transaction (or a replay's): what must happen outside it
+        (``commitScope=prepared``: COMMIT PREPARED). Nothing for the others."""
+        return None
 
 
 class RowStaging(Staging):
@@ -318,19 +324,8 @@ class InlineStaging(Staging):
     def clear(self, conn: sa.Connection, batch_id: int, messages: Sequence[Any]) -> None:
         self.fallback.clear(conn, batch_id, messages)
 
-
-def staging_for(db: Database, layout: Layout, inline_limit: int | None) -> Staging:
-    """The strategy of a sink with this prepared layout: blocks where the layout says so
-    (PostgreSQL append, every column with a binary form), else rows; wrapped by the inline
-    path when the adapter gave a limit (``foreachBatch``)."""
-    rows = RowStaging(db, layout)
-    chosen: Staging = rows
-    store = db.dialect.block_store()
-    if layout.blocks and store is not None and layout.target_types is not None:
-        chosen = BlockStaging(db, layout, rows, store, layout.target_types)
-    if inline_limit is not None:
-        chosen = InlineStaging(db, layout, rows, chosen, inline_limit)
-    return chosen
+    def finish(self, batch_id: int) -> None:
+        self.fallback.finish(batch_id)
 
 
 def _to_ipc(batches: list[pa.RecordBatch]) -> bytes:

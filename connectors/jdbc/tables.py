@@ -36,7 +36,7 @@ from connectors.jdbc.columns import (
     column_spec,
 )
 from connectors.jdbc.dialects import Dialect
-from connectors.jdbc.metadata import CommitsTable
+from connectors.jdbc.metadata import CommitsTable, TasksTable
 from connectors.jdbc.options import JdbcSinkOptions
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class Tables:
         self.options = options
         self.dialect = dialect
         self.commits = CommitsTable(options.metadata_table, options.metadata_schema)
+        self.tasks = TasksTable(options.tasks_table, options.metadata_schema)
 
     # -- table objects ----------------------------------------------------------------------
     def target(self, conn: sa.Connection) -> sa.Table:
@@ -135,18 +136,23 @@ class Tables:
                 conn.execute(table.delete().where(table.c.eo_batch == batch_id))
 
     # -- preparation (driver, before any task) -------------------------------------------------
-    def metadata_ready(self) -> bool:
+    def _meta_key(self) -> Any:
         o = self.options
-        return (o.url, o.metadata_schema, o.metadata_table, o.sink_id) in _META_READY
+        return (o.url, o.metadata_schema, o.metadata_table, o.sink_id, o.commit_scope != "batch")
+
+    def metadata_ready(self) -> bool:
+        return self._meta_key() in _META_READY
 
     def prepare_metadata(self, conn: sa.Connection) -> None:
-        """Create the commit table if missing and register the sink's row."""
+        """Create the commit table if missing and register the sink's row; the tasks table
+        too where the commit scope records tasks (``task``, ``prepared``)."""
         self.commits.create(conn)
         self.commits.register(conn, self.options.sink_id)
+        if self.options.commit_scope != "batch":
+            self.tasks.create(conn)
 
     def metadata_prepared(self) -> None:
-        o = self.options
-        _META_READY.add((o.url, o.metadata_schema, o.metadata_table, o.sink_id))
+        _META_READY.add(self._meta_key())
 
     def prepare(self, conn: sa.Connection, schema: pa.Schema) -> Layout:
         """Create or check the target and the staging tables for ``schema``; refuse a

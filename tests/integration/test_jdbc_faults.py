@@ -44,6 +44,7 @@ import pytest
 from connectors.core.errors import JdbcSinkError
 from connectors.core.sink import TaskInfo
 from connectors.jdbc.options import staging_name
+from connectors.jdbc.scopes import Written, prepared_txns, txn_prefix
 from connectors.jdbc.sink import JdbcSink
 from tests.helpers import unavailable, wait_for
 from tests.nemesis import DatabaseNemesis, HeldStep, MariaDbNemesis, PostgresNemesis
@@ -100,7 +101,8 @@ class Server:
 def _postgres() -> Server:
     from tests.services.postgres import TempPostgres
 
-    pg = TempPostgres().start()
+    # Prepared transactions for commitScope=prepared (PostgreSQL's default is 0).
+    pg = TempPostgres({"max_prepared_transactions": "16"}).start()
     nemesis = PostgresNemesis(pg)
     with contextlib.closing(nemesis.admin()) as conn:
         conn.execute(f"CREATE ROLE eo_sink LOGIN PASSWORD '{PASSWORD}'")
@@ -210,6 +212,16 @@ class Subject:
             if self.server.cli(self._exists(name)):
                 (left,) = self.server.cli(f"SELECT count(*) FROM {name}")  # noqa: S608
                 assert left == ["0"], f"{name} still holds staged rows"
+        sink_id = self.sink.options.sink_id
+        if self.sink.options.commit_scope != "batch":
+            claims = f"SELECT count(*) FROM eo_sink_commits_tasks WHERE sink_id = '{sink_id}'"  # noqa: S608
+            (left,) = self.server.cli(claims)
+            assert left == ["0"], "claims or records of committed batches are left"
+        if self.server.kind == "postgresql":
+            prefix = txn_prefix(sink_id)
+            xacts = f"SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE '{prefix}%'"  # noqa: S608
+            (left,) = self.server.cli(xacts)
+            assert left == ["0"], "prepared transactions are left"
 
     def _exists(self, name: str) -> str:
         if self.server.kind == "postgresql":
@@ -257,7 +269,7 @@ def kill_at(s: Subject, point: str, tmp_path: Any) -> None:
     """Batch 1 with the sink's sessions ended by the server while the step stands at
     ``point``; the step then goes on, and must retry when its transaction was lost."""
     held = HeldStep(f"{point}@1", str(tmp_path / f"held-{uuid.uuid4().hex[:6]}"))
-    if point in STAGE_POINTS:
+    if point in STAGE_POINTS or point == "jdbc.task_written":
         with held.start(lambda: s.stage(1, 0)):
             held.reached()
             assert s.server.nemesis.kill() >= 1
@@ -569,14 +581,20 @@ def streaming(spark: Any, tmp_path: Any) -> Iterator[Callable[..., Query]]:
                 q.query.stop()
 
 
-def test_streaming_query_stays_up_through_database_faults(server: Server,
+@pytest.mark.parametrize(("kind", "scope"), [("postgresql", "batch"), ("mariadb", "task"),
+                                              ("postgresql", "prepared")])
+def test_streaming_query_stays_up_through_database_faults(servers: Callable[[str], Server],
+                                                          kind: str, scope: str,
                                                           streaming: Callable[..., Query]
                                                           ) -> None:
     """Within the default budget (120 s) nothing ends the query: the sessions killed three
     times, the server SIGKILLed and restarted, the server stopped and started again (30 s
     down on PostgreSQL; 5 s on MariaDB, whose restart path is the same). The output is
-    exactly the committed batches, read with the database's own client."""
-    q = streaming(server).start()
+    exactly the committed batches, read with the database's own client. Each commit scope
+    on one database (MariaDB's batch scope and PostgreSQL's task scope share every fault
+    path with these: the sessions, the crash, the restart)."""
+    server = servers(kind)
+    q = streaming(server, commitScope=scope).start()
     q.progresses(3)
     for _ in range(3):
         server.nemesis.kill()
@@ -610,3 +628,174 @@ def test_streaming_outage_past_the_budget_ends_the_query_and_the_restart_is_exac
     q.progresses(2)
     q.stop()
     q.assert_exact()
+
+
+# -- 6. commitScope=task and prepared: every row written once, by its task -------------------
+TASK_POINTS = ["jdbc.before_stage", "jdbc.task_written", "jdbc.before_stage_commit",
+               "jdbc.after_stage"]
+DRIVER_POINTS = ["jdbc.after_lock", "jdbc.after_verify", "jdbc.after_apply",
+                 "jdbc.after_record", "jdbc.before_commit", "jdbc.after_commit"]
+#: Where the killed session held an open transaction of the scope, which must run again
+#: (prepared: before_stage_commit comes after the PREPARE, which outlives its session).
+RETRIED = {
+    "task": {"jdbc.before_stage", "jdbc.task_written", "jdbc.before_stage_commit",
+             *DRIVER_POINTS[:5]},
+    "prepared": {"jdbc.before_stage", "jdbc.task_written", *DRIVER_POINTS[:5],
+                 "jdbc.mid_finish"},
+}
+#: Every point on PostgreSQL with the mode that exercises most (task: accumulate through a
+#: temporary table; prepared: append); a stated subset on MariaDB (the task's own
+#: transaction, before and after its rows, and the driver's commit once).
+SCOPE_CASES = (
+    [("postgresql", "task", p) for p in TASK_POINTS + DRIVER_POINTS]
+    + [("mariadb", "task", p) for p in ("jdbc.task_written", "jdbc.before_stage_commit",
+                                        "jdbc.after_record")]
+    + [("postgresql", "prepared", p) for p in TASK_POINTS + DRIVER_POINTS[:5]
+       + ["jdbc.before_finish", "jdbc.mid_finish", "jdbc.after_commit"]]
+)
+
+
+def scoped(server: Server, scope: str, **options: Any) -> Subject:
+    """A sink of ``scope`` (task: accumulate; prepared: append) with batch 0 committed."""
+    return subject(server, mode="accumulate" if scope == "task" else "append",
+                   commit_scope=scope, **options)
+
+
+@pytest.mark.parametrize(("kind", "scope", "point"), SCOPE_CASES,
+                         ids=[f"{k}-{s}-{p.split('.')[1]}" for k, s, p in SCOPE_CASES])
+def test_scope_connection_killed_at_each_step(servers: Callable[[str], Server], kind: str,
+                                              scope: str, point: str, tmp_path: Any,
+                                              retries: Callable[[], list[str]]) -> None:
+    """The server ends the sink's sessions while a task or the driver stands at ``point``
+    (batch 1): the step runs again where its transaction was lost, and batch 1 is in the
+    table exactly once, batch 2 after it."""
+    s = scoped(servers(kind), scope)
+    kill_at(s, point, tmp_path)
+    s.assert_exact(1)
+    assert bool(retries()) == (point in RETRIED[scope]), (point, retries())
+    s.write(2)
+    s.assert_exact(2)
+
+
+@pytest.mark.parametrize("first", ["commits", "killed"])
+def test_task_scope_two_attempts_of_one_task(server: Server, first: str, tmp_path: Any) -> None:
+    """A second attempt of (batch 1, writer 0) starts while the first holds its claim with
+    its rows written, uncommitted (a zombie and its retry, or a speculative copy): the
+    second waits on the claim. The first commits: the second writes nothing and reports the
+    first's rows. Both sessions are killed instead: each attempt runs again, one writes,
+    the other finds its claim. Then an attempt of the committed batch writes nothing."""
+    s = scoped(server, "task")
+    held = HeldStep("jdbc.task_written@1", str(tmp_path / "held"))
+    second: dict[str, Any] = {}
+    with held.start(lambda: s.stage(1, 0)):
+        held.reached()
+        t = threading.Thread(target=lambda: second.setdefault("m", s.stage(1, 0)),
+                             daemon=True)
+        t.start()
+        wait_for(lambda: server.nemesis.waiting() >= 1, 60, what="the second attempt waiting")
+        if first == "killed":
+            assert server.nemesis.kill() >= 2
+        first_message = held.result()
+        t.join(60)
+        assert not t.is_alive() and "m" in second
+    messages = sorted([first_message, second["m"]], key=lambda m: m.earlier)
+    assert messages == [Written(0, KEYS), Written(0, KEYS, earlier=True)], messages
+    if first == "commits":
+        assert first_message == Written(0, KEYS)
+    s.sink.commit(1, [second["m"], s.stage(1, 1)])
+    s.assert_exact(1)
+    assert s.stage(1, 0) == Written(0, 0, committed=True)
+    s.assert_exact(1)
+
+
+def test_prepared_scope_a_stale_prepared_attempt_is_rolled_back(postgres: Server) -> None:
+    """An attempt of (1, 0) prepared its rows and its report never reached the driver (the
+    task failed after its PREPARE); the retry rolls the stale prepared transaction back
+    before it writes, so the target's unique keys never wait on it, and the batch is exact.
+    A zombie of the committed batch prepares nothing."""
+    s = scoped(postgres, "prepared")
+    lost = s.stage(1, 0)
+    with s.sink.database.connect() as conn:
+        assert [x.txn for x in prepared_txns(conn, s.sink.options.sink_id)] == [lost.txn]
+    s.sink.commit(1, [s.stage(1, 0), s.stage(1, 1)])
+    s.assert_exact(1)
+    assert s.stage(1, 0).committed
+    s.assert_exact(1)
+
+
+@pytest.mark.parametrize("action", ["hold_commit", "hold_answer"])
+def test_task_scope_connection_killed_during_the_task_commit(
+        server: Server, action: str, retries: Callable[[], list[str]]) -> None:
+    """The session ends while a task waits for its COMMIT's answer: not committed
+    (``hold_commit``), the retry writes the rows; committed and the answer lost
+    (``hold_answer``), the retry finds its claim and writes nothing. Exact either way."""
+    s = scoped(server, "task")
+    fault = server.proxy.arm(action)
+    out: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: out.setdefault("m", s.stage(1, 0)), daemon=True)
+    t.start()
+    assert server.nemesis.kill(port=fault.wait_held()) == 1
+    fault.release()
+    t.join(120)
+    assert not t.is_alive() and "m" in out
+    assert out["m"].earlier == (action == "hold_answer")
+    s.sink.commit(1, [out["m"], s.stage(1, 1)])
+    s.assert_exact(1)
+    assert retries()
+
+
+@pytest.mark.parametrize("action", ["hold_commit", "hold_answer"])
+def test_prepared_scope_connection_killed_during_commit_prepared(
+        postgres: Server, action: str, retries: Callable[[], list[str]]) -> None:
+    """The session ends while the driver waits for a COMMIT PREPARED's answer (step 2g): a
+    killed session leaves a prepared transaction prepared, so the retry commits it
+    (``hold_commit``) or finds it committed (``hold_answer``). The commit row moved before
+    (the driver's record first): the batch is exact, nothing prepared is left."""
+    s = scoped(postgres, "prepared")
+    staged = s.stage_all(1)
+    fault = postgres.proxy.arm(action, statement="COMMIT PREPARED")
+    t = threading.Thread(target=lambda: s.sink.commit(1, staged), daemon=True)
+    t.start()
+    port = fault.wait_held()
+    assert s.committed() == 1  # recorded before any prepared transaction is committed
+    assert postgres.nemesis.kill(port=port) == 1
+    fault.release()
+    t.join(120)
+    assert not t.is_alive()
+    s.assert_exact(1)
+    assert any("step 2g" in line for line in retries()), retries()
+
+
+@pytest.mark.parametrize(("kind", "scope"), [("postgresql", "task"), ("mariadb", "task"),
+                                              ("postgresql", "prepared")])
+def test_scope_server_sigkilled_before_the_driver_commits(servers: Callable[[str], Server],
+                                                          kind: str, scope: str) -> None:
+    """Every task committed (or prepared) batch 1, then the server is SIGKILLed and
+    restarted: crash recovery keeps the committed rows with their claims (and the prepared
+    transactions, which a restart does not end); the commit on new connections records
+    the batch once."""
+    server = servers(kind)
+    s = scoped(server, scope, proxied=False)
+    staged = s.stage_all(1)
+    server.nemesis.crash()
+    s.sink.commit(1, staged)
+    s.assert_exact(1)
+
+
+def test_prepared_scope_server_sigkilled_between_the_record_and_commit_prepared(
+        postgres: Server, tmp_path: Any) -> None:
+    """The driver recorded batch 1 (its COMMIT done, step 2f) and the server is SIGKILLed
+    before any COMMIT PREPARED: after the restart the prepared transactions are still
+    there, the driver's 2g (retried on new connections) commits them; a replay of batch 1
+    has nothing left to do."""
+    s = scoped(postgres, "prepared", proxied=False)
+    staged = s.stage_all(1)
+    held = HeldStep("jdbc.before_finish@1", str(tmp_path / "held"))
+    with held.start(lambda: s.sink.commit(1, staged)):
+        held.reached()
+        assert s.committed() == 1
+        postgres.nemesis.crash()
+        held.result()
+    s.assert_exact(1)
+    s.sink.commit(1, staged)
+    s.assert_exact(1)

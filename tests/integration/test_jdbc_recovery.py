@@ -103,11 +103,24 @@ class Target:
 
 
 def crash_and_recover(argv: list[str], target: Target, checkpoint: str,
-                      points: list[str], staged: bool) -> None:
+                      points: list[str], staged: bool, by_task: bool = False) -> None:
     for point in points:
         result = run_pipeline(argv, failpoint=point, timeout=240)
         assert result.killed, f"failpoint {point} never fired:\n{result.output[-3000:]}"
         last = target.committed()
+        if by_task:
+            # commitScope=task: the tasks of the batch in flight that committed are in the
+            # table already; nothing is there twice, nothing of a committed batch missing.
+            low, high = (counts_through_batch(checkpoint, last),
+                         counts_through_batch(checkpoint, (last if last is not None else -1) + 1))
+            got = target.counts()
+            assert all(low.get(w, 0) <= got.get(w, 0) <= high.get(w, 0)
+                       for w in {*low, *high, *got}), (
+                f"after a crash at {point}: the table is not batches 0..{last} and part of "
+                f"the next")
+            if point.startswith("jdbc.before_commit@"):
+                assert got == high, "both tasks committed their rows before the driver"
+            continue
         assert target.counts() == counts_through_batch(checkpoint, last), (
             f"after a crash at {point}: the table is not exactly batches 0..{last}")
         if staged and point.startswith("jdbc.before_commit@"):
@@ -128,10 +141,16 @@ def crash_and_recover(argv: list[str], target: Target, checkpoint: str,
         # writeStream.format("eo_jdbc"): tasks stage (COPY), the driver commits.
         ("datasource", ["jdbc.after_stage@1", "jdbc.before_commit@2", "jdbc.after_commit@3"]),
         # The same with mode append: tasks stage binary COPY blocks, the commit COPYs them
-        # (the two steps that differ; a replay after the commit is the upsert's above).
-        ("datasource-append", ["jdbc.after_stage@1", "jdbc.before_commit@2"]),
+        # (the step that differs; a staged task and a replay after the commit are the
+        # accumulate's above).
+        ("datasource-append", ["jdbc.before_commit@1"]),
         # foreachBatch(JdbcSink): small batches, one driver transaction each.
         ("foreachbatch", ["jdbc.before_commit@1", "jdbc.after_commit@2"]),
+        # commitScope=task: each task adds its rows in its own transaction. Killed with a
+        # task's rows written, uncommitted; after a task committed (the restart's replay
+        # must skip that task); with both committed, before the driver records the batch.
+        ("datasource-task", ["jdbc.task_written@1", "jdbc.after_stage@2",
+                             "jdbc.before_commit@3"]),
     ],
 )
 def test_word_count_exactly_once_across_crashes(writer: str, points: list[str],
@@ -147,6 +166,7 @@ def test_word_count_exactly_once_across_crashes(writer: str, points: list[str],
     target = Target(postgres_url, table, sink_id)
     try:
         crash_and_recover(argv, target, checkpoint, points,
-                          staged=writer.startswith("datasource"))
+                          staged=writer in ("datasource", "datasource-append"),
+                          by_task=writer == "datasource-task")
     finally:
         target.drop()

@@ -21,7 +21,9 @@ topic:
 - the transactional sink after its tasks committed their transactions and commit facts,
   before the driver's commit record (``kafka_sink.before_commit``);
 - the JDBC sink with the batch applied in the driver's open database transaction, the
-  commit row not moved (``jdbc.after_apply``);
+  commit row not moved (``jdbc.after_apply``); this checkout finishes it with
+  ``commitScope=task``, whose tasks write into the table themselves and whose commit clears
+  the batch the previous release staged;
 - the file sink with its plan created and one planned file renamed (``files.mid_rename``).
 
 Then the whole application is SIGKILLed (every process of its session: the driver, the JVM
@@ -234,6 +236,19 @@ def jdbc_commit_row(dsn: str, sink_id: str) -> int | None:
     return None if row is None else int(row[0])
 
 
+def jdbc_staged(dsn: str, sink_id: str) -> int:
+    """Rows in the sink's staging table (``eo_stage_<sink>``)."""
+    import psycopg
+    from psycopg import sql
+
+    from connectors.jdbc.options import staging_name
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql.SQL("select count(*) from {}").format(
+            sql.Identifier(staging_name(sink_id)))).fetchone()
+    return int(row[0]) if row else 0
+
+
 def files_values(path: Path) -> list[bytes]:
     if not path.exists():
         return []
@@ -382,6 +397,7 @@ def test_a_query_killed_under_the_previous_release_finishes_exactly_on_this_one(
         assert [commit_fact_batch(kafka_bootstrap, sink_ids["txn"], w) for w in (0, 1)] == [
             IN_FLIGHT, IN_FLIGHT]
         assert jdbc_commit_row(postgres_dsn, sink_ids["jdbc"]) == IN_FLIGHT - 1
+        assert jdbc_staged(postgres_dsn, sink_ids["jdbc"]) > 0  # batch 3, staged
         log_dir = files / "_eo_log"
         assert (log_dir / f"{IN_FLIGHT:020d}.json").exists(), sorted(os.listdir(log_dir))
         assert not (log_dir / f"{IN_FLIGHT:020d}.commit").exists(), sorted(os.listdir(log_dir))
@@ -390,6 +406,9 @@ def test_a_query_killed_under_the_previous_release_finishes_exactly_on_this_one(
         #    full (so a batch this checkout writes alone is as big as batch 3).
         wait_for(lambda: written[0] >= FIRST + 2 * PER_BATCH, timeout=120,
                  what="two more batches of source records")
+        # The JDBC query finishes batch 3 with commitScope=task: its tasks write into the
+        # table themselves, and the commit clears what the previous release staged.
+        app.argv += ["--jdbc-commit-scope", "task"]
         app.start("this checkout", dict(base, PYTHONPATH=REPO), cwd=REPO)
         here = Path(REPO, "connectors", "__init__.py")
         wait_for(lambda: app.alive() or "CONNECTORS " in app.run_output(), timeout=120,
@@ -434,6 +453,7 @@ def test_a_query_killed_under_the_previous_release_finishes_exactly_on_this_one(
                               f"{len(set(truth) - set(got))} missing, "
                               f"{len(set(got) - set(truth))} unexpected")
     assert jdbc_counts(postgres_dsn, table) == dict(keys)
+    assert jdbc_staged(postgres_dsn, sink_ids["jdbc"]) == 0  # cleared by commitScope=task
     assert Counter(files_values(files)) == truth
 
     # 5. Batch 3 of the recovery-key sink was routed by the previous release's marker: one

@@ -16,7 +16,11 @@ from connectors.demo.services.kafka import free_port
 
 
 class TempPostgres:
-    def __init__(self) -> None:
+    """``settings``: server settings for ``postgres -c`` (e.g. ``max_prepared_transactions``,
+    which only a server start sets)."""
+
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        self.settings = dict(settings or {})
         initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
         if not initdb or not pg_ctl:
             found = sorted(
@@ -44,7 +48,8 @@ class TempPostgres:
         subprocess.run(
             [*self.as_user, self.pg_ctl, "-D", self.data, "-w", "-l",
              os.path.join(self.base, "log"), "-o", f"-p {self.port} -k {self.base} "
-             "-h 127.0.0.1", "start"],
+             "-h 127.0.0.1" + "".join(f" -c {k}={v}" for k, v in self.settings.items()),
+             "start"],
             check=True, capture_output=True,
         )
         return self

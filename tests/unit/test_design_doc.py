@@ -22,6 +22,7 @@ SECTIONS = {
     "connectors/kafka/sink/transactional_mode.py": "## Kafka sink: transactional path",
     "connectors/jdbc/sink.py": "## JDBC sink",
     "connectors/jdbc/database.py": "## JDBC sink",
+    "connectors/jdbc/scopes.py": "## JDBC sink",
     "connectors/files/sink.py": "## File sink",
 }
 

@@ -7,7 +7,9 @@ queries, each into one sink through a shuffle (``repartition(2, key)``, two writ
   previous release's routing but more than one of a run in bytes;
 - ``txn``: the Kafka sink, transactional, copying ``key`` and ``value``;
 - ``jdbc``: the JDBC sink on ``--jdbc-url``, accumulating ``n = n + 1`` per key (not
-  idempotent: a batch applied twice shows);
+  idempotent: a batch applied twice shows); with ``--jdbc-commit-scope`` (the run on this
+  checkout's code only: the previous release refuses an option it does not know), that
+  ``commitScope``;
 - ``files``: the file sink, ``key`` and ``value`` as Parquet.
 
 It imports only the standard library, pyspark and ``connectors``, and uses only options the
@@ -48,6 +50,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--pad", type=int, default=4000,
                    help="bytes added to every value the rk query writes")
     p.add_argument("--java-options", default="", help="the driver JVM's options")
+    p.add_argument("--jdbc-commit-scope", help="the jdbc query's commitScope")
     args = p.parse_args(argv)
 
     # The tests' local session (tests/helpers.py spark_builder), written out here so that
@@ -93,7 +96,9 @@ def main(argv: list[str]) -> int:
                  .writeStream.format("eo_jdbc")
                  .option("url", args.jdbc_url).option("table", args.table)
                  .option("mode", "accumulate").option("keys", "key")
-                 .option("accumulate", "n").option("createTable", "true")),
+                 .option("accumulate", "n").option("createTable", "true")
+                 .options(**({"commitScope": args.jdbc_commit_scope}
+                             if args.jdbc_commit_scope else {}))),
         "files": (source("files").selectExpr("cast(key as string) as key",
                                               "cast(value as string) as value")
                   .repartition(2, "key")

@@ -10,7 +10,9 @@ with produce_records), ``maxOffsetsPerTrigger=--per-batch``.
 Writers (``--writer``):
 - ``foreachbatch``: ``df.groupBy("word").count()`` per batch, written by ``JdbcSink.write``;
 - ``datasource``: ``writeStream.format("eo_jdbc")`` with rows ``(word, 1)``; the sink's
-  accumulate mode sums them per key inside the commit (``INSERT ... SELECT ... GROUP BY``).
+  accumulate mode sums them per key inside the commit (``INSERT ... SELECT ... GROUP BY``);
+- ``datasource-task``: the same with ``commitScope=task``: each task adds its rows to the
+  table in its own transaction, with its claim.
 
 Runs with ``trigger(availableNow=True)`` and prints ``PIPELINE DONE`` at the end.
 """
@@ -36,7 +38,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sink-id", required=True)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--source", choices=["kafka"], default="kafka")
-    p.add_argument("--writer", choices=["foreachbatch", "datasource", "datasource-append"],
+    p.add_argument("--writer", choices=["foreachbatch", "datasource", "datasource-task",
+                                        "datasource-append"],
                    default="foreachbatch")
     p.add_argument("--per-batch", type=int, default=60)
     p.add_argument("--small-batch-rows", type=int, default=10_000)
@@ -71,9 +74,11 @@ def main(argv: list[str]) -> int:
             .option("url", args.url).option("table", args.table)
             .option("sink_id", args.sink_id).option("createTable", "true")
         )
-        if args.writer == "datasource":
+        if args.writer in ("datasource", "datasource-task"):
             writer = (writer.option("mode", "accumulate").option("keys", "word")
                       .option("accumulate", "n"))
+            if args.writer == "datasource-task":
+                writer = writer.option("commitScope", "task")
         else:  # one (word, 1) row per word: PostgreSQL stages binary COPY blocks
             writer = writer.option("mode", "append")
     query = (writer.option("checkpointLocation", args.checkpoint)
