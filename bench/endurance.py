@@ -478,8 +478,7 @@ class Broker:
         return int(self.bootstrap.split(",")[0].rsplit(":", 1)[1])
 
     def restart(self) -> None:
-        self.node.stop()
-        self.node.start()
+        self.node.restart()
 
     def transactions(self) -> list[str] | None:
         """Kafka's ``TransactionsCommand list``: one line per transactional id (our broker
@@ -541,7 +540,7 @@ class Sampler:
                 s[f"{name}_threads"] = p.threads
                 s[f"{name}_fds"] = p.fds
         s["workers"] = len(workers)
-        s["worker_pids"] = [w.pid for w in workers]
+        s["each_worker"] = {w.pid: [round(w.rss_mb, 1), w.threads, w.fds] for w in workers}
         if workers:
             s["workers_rss_mb"] = round(sum(w.rss_mb for w in workers), 1)
             s["worker_rss_mb_max"] = round(max(w.rss_mb for w in workers), 1)
@@ -726,21 +725,33 @@ def draw(samples: list[dict[str, Any]], restarts: list[tuple[int, str]], warmup:
     for s in SERIES:
         groups.setdefault(s.group, []).append(s)
     cols = 4
-    rows = -(-len(groups) // cols)
+    panels = len(groups) + 1
+    rows = -(-panels // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.9 * rows), squeeze=False)
+    def frame(ax: Any, title: str) -> None:
+        ax.axvspan(0, warmup, color="0.9")
+        for at, what in restarts:
+            ax.axvline(at, color="red" if "driver" in what else "purple", ls="--", lw=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.set_ylim(bottom=0)
+
     for ax, (group, members) in zip(axes.flat, groups.items(), strict=False):
         for s in members:
             pts = [(x["x"], x[s.key]) for x in samples if x.get(s.key) is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=s.label, lw=1.2)
-        ax.axvspan(0, warmup, color="0.9")
-        for at, what in restarts:
-            ax.axvline(at, color="red" if "driver" in what else "purple", ls="--", lw=0.8)
-        ax.set_title(group, fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.set_ylim(bottom=0)
+        frame(ax, group)
         ax.legend(fontsize=6, loc="upper left")
-    for ax in list(axes.flat)[len(groups):]:
+    each = list(axes.flat)[len(groups)]
+    by_pid: dict[str, list[tuple[int, float]]] = {}
+    for x in samples:
+        for pid, (rss, _, _) in (x.get("each_worker") or {}).items():
+            by_pid.setdefault(str(pid), []).append((x["x"], rss))
+    for pts in by_pid.values():
+        each.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.6, color="0.4")
+    frame(each, "RSS of each Python worker (MB)")
+    for ax in list(axes.flat)[panels:]:
         ax.axis("off")
     fig.suptitle(title + "  (x: micro-batches per query; grey: warm-up; dashed: red "
                  "driver restart, purple broker restart)", fontsize=9)
