@@ -63,6 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -634,8 +635,6 @@ def _stage_name(sink_id: str) -> str:
 
 
 def _pg_port(dsn: str) -> int:
-    from urllib.parse import urlsplit
-
     return urlsplit(dsn).port or 5432
 
 
@@ -860,168 +859,209 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    own_work = args.workdir is None
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="eo-endurance-",
-                                                 dir=broker_data_root()))
-    work.mkdir(parents=True, exist_ok=True)
-    run_id = uuid.uuid4().hex[:8]
-    layout = Layout(work, run_id, f"endurance-src-{run_id}", f"endurance-rk-{run_id}",
-                    f"endurance-txn-{run_id}", f"endurance_{run_id}")
-    commit = git_commit()
-    say(f"run {run_id} on commit {commit}; work {work}")
-    broker = Broker(args.bootstrap, work).start()
-    bootstrap = broker.bootstrap
-    create_topics(bootstrap, layout)
-    from urllib.parse import urlsplit
+class Run:
+    """One endurance run: the broker, the app, the producer and the sampler, the schedule of
+    restarts, and what the run found."""
 
-    split = urlsplit(args.dsn)
-    jdbc_url = ("postgresql+psycopg://" + args.dsn.split("://", 1)[1]
-                + ("&" if split.query else "?") + f"application_name={app_name(layout)}")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env.pop("CONNECTORS_FAILPOINTS", None)
-    argv_app = [sys.executable, APP, "--bootstrap", bootstrap, "--source-topic", layout.source,
-                "--rk-topic", layout.rk, "--txn-topic", layout.txn, "--jdbc-url", jdbc_url,
-                "--table", layout.table, "--files", str(layout.files),
-                "--work", str(layout.app_work), "--tmp", str(layout.tmp),
-                "--stop", str(work / "stop"), "--metrics-file", str(work / "metrics-url"),
-                "--run-id", run_id, "--per-batch", str(args.per_batch),
-                "--java-options", args.java_options,
-                *(x for c in args.conf for x in ("--conf", c))]
-    app = App(argv_app, env, work / "app.log")
-    load = Load(bootstrap, layout, args.per_batch)
-    sampler = Sampler(layout, broker, args.dsn, app, max(1, args.txn_every))
-    samples: list[dict[str, Any]] = []
-    restarts: list[tuple[int, str]] = []
-    unexpected: list[str] = []
-    plan: list[tuple[float, str]] = []
-    if not args.no_restarts:
-        plan.append(((args.driver_restart_at if args.driver_restart_at is not None
-                      else 0.4 * args.minutes) * 60, "driver"))
-        if not broker.external:
-            plan.append(((args.broker_restart_at if args.broker_restart_at is not None
-                          else 0.7 * args.minutes) * 60, "broker"))
-        plan.sort()
-    sink = open(args.samples, "w") if args.samples else None  # noqa: SIM115
-    ok = False
-    try:
-        load.thread.start()
-        app.start()
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.own_work = args.workdir is None
+        self.work = Path(args.workdir or tempfile.mkdtemp(prefix="eo-endurance-",
+                                                          dir=broker_data_root()))
+        self.work.mkdir(parents=True, exist_ok=True)
+        run_id = uuid.uuid4().hex[:8]
+        self.layout = Layout(self.work, run_id, f"endurance-src-{run_id}",
+                             f"endurance-rk-{run_id}", f"endurance-txn-{run_id}",
+                             f"endurance_{run_id}")
+        self.commit = git_commit()
+        say(f"run {run_id} on commit {self.commit}; work {self.work}")
+        self.broker = Broker(args.bootstrap, self.work).start()
+        create_topics(self.broker.bootstrap, self.layout)
+        self.app = App(self.app_argv(), self.app_env(), self.work / "app.log")
+        self.load = Load(self.broker.bootstrap, self.layout, args.per_batch)
+        self.sampler = Sampler(self.layout, self.broker, args.dsn, self.app,
+                               max(1, args.txn_every))
+        self.samples: list[dict[str, Any]] = []
+        self.restarts: list[tuple[int, str]] = []
+        self.unexpected: list[str] = []
+        self.plan: list[tuple[float, str]] = []
+        if not args.no_restarts:
+            self.plan.append(((args.driver_restart_at if args.driver_restart_at is not None
+                               else 0.4 * args.minutes) * 60, "driver"))
+            if not self.broker.external:
+                self.plan.append(((args.broker_restart_at if args.broker_restart_at is not None
+                                   else 0.7 * args.minutes) * 60, "broker"))
+            self.plan.sort()
+        self.minutes = 0.0
+
+    def app_argv(self) -> list[str]:
+        a, lay = self.args, self.layout
+        query = urlsplit(a.dsn).query
+        jdbc_url = ("postgresql+psycopg://" + a.dsn.split("://", 1)[1]
+                    + ("&" if query else "?") + f"application_name={app_name(lay)}")
+        return [sys.executable, APP, "--bootstrap", self.broker.bootstrap,
+                "--source-topic", lay.source, "--rk-topic", lay.rk, "--txn-topic", lay.txn,
+                "--jdbc-url", jdbc_url, "--table", lay.table, "--files", str(lay.files),
+                "--work", str(lay.app_work), "--tmp", str(lay.tmp),
+                "--stop", str(self.work / "stop"),
+                "--metrics-file", str(self.work / "metrics-url"), "--run-id", lay.run_id,
+                "--per-batch", str(a.per_batch), "--java-options", a.java_options,
+                *(x for c in a.conf for x in ("--conf", c))]
+
+    @staticmethod
+    def app_env() -> dict[str, str]:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        env.pop("CONNECTORS_FAILPOINTS", None)
+        return env
+
+    def least_batches(self) -> int:
+        return min(self.sampler.batches().values())
+
+    def drive(self, out: Any) -> None:
+        """Sample every ``--interval`` s, restart what the schedule says when it says, start
+        the app again if it ended; until ``--rows`` batches per query or ``--minutes``."""
+        self.load.thread.start()
+        self.app.start()
         began = time.monotonic()
         next_sample = began
         while True:
             now = time.monotonic()
             if now >= next_sample:
-                s = sampler.sample()
+                s = self.sampler.sample()
                 s["minute"] = round((now - began) / 60, 2)
-                samples.append(s)
-                if sink:
-                    sink.write(json.dumps(s) + "\n")
-                    sink.flush()
+                self.samples.append(s)
+                if out:
+                    out.write(json.dumps(s) + "\n")
+                    out.flush()
                 say(f"{s['minute']:.1f} min, batches {s['batches']}, driver fds "
                     f"{s.get('driver_fds')}, JVM fds {s.get('jvm_fds')} threads "
                     f"{s.get('jvm_threads')}, workers {s.get('workers')}, tmp files "
                     f"{s.get('tmp_files')}")
-                next_sample += args.interval
-            if not app.alive():
-                unexpected.append(f"the app ended ({app.proc.returncode if app.proc else '?'})"
-                                  f" at {samples[-1]['x'] if samples else 0} batches")
-                say(unexpected[-1] + "; starting it again")
-                restarts.append((min(sampler.batches().values()),
-                                 "driver (after a termination)"))
-                app.start()
-            if plan and now - began >= plan[0][0]:
-                _, what = plan.pop(0)
-                at = min(sampler.batches().values())
-                if what == "driver":
-                    say(f"SIGKILL of the driver's process group at {at} batches")
-                    app.kill()
-                    app.start()
-                else:
-                    say(f"restarting the broker at {at} batches")
-                    load.pause()
-                    broker.restart()
-                    load.resume()
-                restarts.append((at, what))
-            done = min(sampler.batches().values()) >= args.rows
-            if done or now - began >= args.minutes * 60:
+                next_sample += self.args.interval
+            if not self.app.alive():
+                code = self.app.proc.returncode if self.app.proc else "?"
+                self.unexpected.append(f"the app ended ({code}) at {self.least_batches()} "
+                                       "batches")
+                say(self.unexpected[-1] + "; starting it again")
+                self.restarts.append((self.least_batches(), "driver (after a termination)"))
+                self.app.start()
+            if self.plan and now - began >= self.plan[0][0]:
+                self.restart(self.plan.pop(0)[1])
+            if self.least_batches() >= self.args.rows or now - began >= self.args.minutes * 60:
                 break
             time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
-        minutes = (time.monotonic() - began) / 60
-        say(f"stopping the producer after {minutes:.1f} min; {load.sent} records sent")
-        load.stop.set()
-        load.thread.join(180)
+        self.minutes = (time.monotonic() - began) / 60
+
+    def restart(self, what: str) -> None:
+        at = self.least_batches()
+        if what == "driver":
+            say(f"SIGKILL of the driver's process group at {at} batches")
+            self.app.kill()
+            self.app.start()
+        else:
+            say(f"restarting the broker at {at} batches")
+            self.load.pause()
+            self.broker.restart()
+            self.load.resume()
+        self.restarts.append((at, what))
+
+    def finish(self) -> tuple[int, int, dict[str, dict[str, int]]]:
+        """Stop the producer, let every query read what it wrote, stop the app; then
+        (terminations, aborts) from its log and each sink checked against the records."""
+        say(f"stopping the producer after {self.minutes:.1f} min; {self.load.sent} records sent")
+        self.load.stop.set()
+        self.load.thread.join(180)
         drained = wait_until(lambda: all(
-            committed_end(layout.query(q) / "checkpoint", layout.source) >= load.sent
-            for q in QUERIES) or not app.alive(), 600)
-        (work / "stop").touch()
-        if app.proc is not None:
+            committed_end(self.layout.query(q) / "checkpoint", self.layout.source)
+            >= self.load.sent for q in QUERIES) or not self.app.alive(), 600)
+        (self.work / "stop").touch()
+        if self.app.proc is not None:
             try:
-                app.proc.wait(120)
+                self.app.proc.wait(120)
             except subprocess.TimeoutExpired:
-                app.kill()
-        text = app.text()
+                self.app.kill()
+        text = self.app.text()
         terminations = sum(text.count(t) for t in TERMINATIONS)
         aborts = sum(text.count(a) for a in ABORTS)
         say(f"drained: {drained}; terminations {terminations}, aborts {aborts}; checking "
             "the outputs")
-        checks = exact(bootstrap, layout, args.dsn, load.sent)
-        all_exact = all(c["duplicates"] == 0 and c["missing"] == 0 for c in checks.values())
+        checks = exact(self.broker.bootstrap, self.layout, self.args.dsn, self.load.sent)
         for name, c in checks.items():
             say(f"  {name}: {c}")
-        cuts = [at for at, _ in restarts]
-        parts = stretches(samples, cuts, args.warmup, args.settle)
-        rows = []
-        for series in SERIES:
-            g = growth(parts, series.key)
-            a, b = first_last(parts, series.key)
-            rows.append((series, g, a, b))
-        batches = min(samples[-1]["batches"].values()) if samples else 0
-        note = (f"{batches:,} micro-batches per query (at least) in {minutes:.0f} min, 4 "
-                f"queries at processingTime 0, <= {args.per_batch} records per batch, "
-                f"{load.sent:,} records; " + (", ".join(f"{w} restart at {at:,} batches"
-                                                      for at, w in restarts) or "no restarts")
-                + f"; warm-up {args.warmup} batches, {args.settle} after each restart; "
-                f"commit {commit}; samples every {args.interval:g} s.")
-        png_rel = None
-        if args.png and samples:
-            os.makedirs(os.path.dirname(os.path.abspath(args.png)), exist_ok=True)
-            draw(samples, restarts, args.warmup, args.png,
-                 f"endurance {time.strftime('%Y-%m-%d')}, commit {commit}")
-            png_rel = os.path.relpath(os.path.abspath(args.png), ROOT)
-        md = table_md(rows, png_rel, note)
+        return terminations, aborts, checks
+
+    def report(self, terminations: int, aborts: int,
+               checks: dict[str, dict[str, int]]) -> list[str]:
+        """Print the table and the RESULT line, draw the chart; what ``--check`` fails on."""
+        a = self.args
+        all_exact = all(c["duplicates"] == 0 and c["missing"] == 0 for c in checks.values())
+        parts = stretches(self.samples, [at for at, _ in self.restarts], a.warmup, a.settle)
+        rows = [(series, growth(parts, series.key), *first_last(parts, series.key))
+                for series in SERIES]
+        batches = min(self.samples[-1]["batches"].values()) if self.samples else 0
+        restarts = ", ".join(f"{w} restart at {at:,} batches" for at, w in self.restarts)
+        note = (f"{batches:,} micro-batches per query (at least) in {self.minutes:.0f} min, "
+                f"4 queries at processingTime 0, <= {a.per_batch} records per batch, "
+                f"{self.load.sent:,} records; {restarts or 'no restarts'}; warm-up "
+                f"{a.warmup} batches, {a.settle} after each restart; commit {self.commit}; "
+                f"samples every {a.interval:g} s.")
+        link = None
+        if a.png and self.samples:
+            os.makedirs(os.path.dirname(os.path.abspath(a.png)), exist_ok=True)
+            draw(self.samples, self.restarts, a.warmup, a.png,
+                 f"endurance {time.strftime('%Y-%m-%d')}, commit {self.commit}")
+            link = png_link(a.png)
+        md = table_md(rows, link, note)
         print(md, flush=True)
         measured = sum(part[-1]["x"] - part[0]["x"] for part in parts)
-        failures = check_failures(rows, measured, samples, terminations, aborts, all_exact,
-                                  unexpected)
+        failures = check_failures(rows, measured, self.samples, terminations, aborts,
+                                  all_exact, self.unexpected)
         for f in failures:
             print(f"CHECK FAILED: {f}", flush=True)
-        worst = [s.key for s, g, _, _ in rows if verdict(s, g) == "GROWS"]
         result = {
-            "bench": "endurance", "rows": args.rows, "minutes": round(minutes, 1),
-            "batches_per_query": batches, "records": load.sent,
-            "driver_restarts": sum(1 for _, w in restarts if w.startswith("driver")),
-            "broker_restarts": sum(1 for _, w in restarts if w == "broker"),
-            "query_terminations": terminations + len(unexpected), "aborts": aborts,
-            "exact": all_exact, "series_growing": worst, "commit": commit,
-            "table_md": md,
+            "bench": "endurance", "rows": a.rows, "minutes": round(self.minutes, 1),
+            "batches_per_query": batches, "records": self.load.sent,
+            "driver_restarts": sum(1 for _, w in self.restarts if w.startswith("driver")),
+            "broker_restarts": sum(1 for _, w in self.restarts if w == "broker"),
+            "query_terminations": terminations + len(self.unexpected), "aborts": aborts,
+            "exact": all_exact,
+            "series_growing": [s.key for s, g, _, _ in rows if verdict(s, g) == "GROWS"],
+            "commit": self.commit, "table_md": md,
         }
         print("RESULT " + json.dumps(result), flush=True)
-        ok = not failures if args.check else True
+        return failures
+
+    def close(self) -> None:
+        self.load.stop.set()
+        self.app.kill()
+        self.broker.stop()
+        if self.own_work and not self.args.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+        _drop_tables(self.args.dsn, self.layout)
+
+
+def png_link(png: str) -> str:
+    """The chart's path as BENCHMARKS.md (at the repository's root) links it: a chart in a
+    ``bench/results`` directory is the repository's, wherever the run's checkout was."""
+    path = Path(png).resolve()
+    if path.parent.name == "results" and path.parent.parent.name == "bench":
+        return f"bench/results/{path.name}"
+    return os.path.relpath(path, ROOT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    run = Run(args)
+    out = open(args.samples, "w") if args.samples else None  # noqa: SIM115
+    try:
+        run.drive(out)
+        failures = run.report(*run.finish())
     finally:
-        if sink:
-            sink.close()
-        load.stop.set()
-        app.kill()
-        if sampler.admin is not None:
-            sampler.admin = None
-        broker.stop()
-        if own_work and not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-        _drop_tables(args.dsn, layout)
-    return 0 if ok else 1
+        if out:
+            out.close()
+        run.close()
+    return 1 if args.check and failures else 0
 
 
 def check_failures(rows: list[tuple[Series, float | None, Any, Any]], measured: int,
