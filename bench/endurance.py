@@ -88,8 +88,14 @@ ABORTS = ("Fatal Python error", "core dumped", "Python worker exited unexpectedl
 @dataclass(frozen=True)
 class Series:
     """One sampled figure: ``key`` in a sample, its ``label``, the ``group`` it is drawn in,
-    what bounds it, and ``tolerance``: the growth per 1,000 batches after warm-up above which
-    a series that must stay flat has grown (None: it grows by design, with the output)."""
+    what bounds it, and how it is judged (:func:`verdict`):
+
+    - ``tolerance``: the growth per 1,000 batches after warm-up above which a series that
+      must stay flat has grown;
+    - ``cap``: for a series that climbs towards a bound (a JVM's heap, a file rotated at a
+      size), the most it may reach: ``cap(samples)``;
+    - neither: it grows with the output (``output``), or is a sum of series judged one by
+      one."""
 
     key: str
     label: str
@@ -100,29 +106,45 @@ class Series:
     #: (the growth per batch times the batches measured): a short run's own noise, far
     #: below a leak of one item per batch over a hundred batches
     ci: float | None = None
+    cap: Callable[[list[dict[str, Any]]], float] | None = None
+    output: bool = False
+
+
+#: The app's ``spark.driver.memory``, and what a JVM holds besides its heap (metaspace, code
+#: cache, thread stacks, direct buffers, the allocator's arenas) on this workload.
+DRIVER_HEAP_MB = 1024
+JVM_OVERHEAD_MB = 768
+
+
+def _peak(samples: list[dict[str, Any]], key: str) -> float:
+    return max((float(s[key]) for s in samples if s.get(key) is not None), default=0.0)
 
 
 #: Every series, in the table's order. Tolerances are per 1,000 batches after warm-up: far
 #: below a leak of one item per batch (1,000), above what workers coming and going and the
 #: JVM's thread pools do.
 SERIES: tuple[Series, ...] = (
-    Series("driver_rss_mb", "driver RSS (MB)", "RSS (MB)", "flat", 20),
+    Series("driver_rss_mb", "driver RSS (MB)", "RSS (MB)", "flat", 3),
     Series("jvm_rss_mb", "JVM RSS (MB)", "RSS (MB)",
-           "the heap's maximum (`spark.driver.memory`) plus metaspace and buffers", 60),
-    Series("worker_rss_mb_max", "largest Python worker RSS (MB)", "RSS (MB)", "flat", 20),
+           f"the heap's maximum (`spark.driver.memory`, {DRIVER_HEAP_MB} MB here) and what "
+           f"a JVM holds besides (metaspace, code cache, stacks): {JVM_OVERHEAD_MB} MB "
+           "allowed", None, cap=lambda _: DRIVER_HEAP_MB + JVM_OVERHEAD_MB),
+    Series("worker_rss_mb_max", "largest Python worker RSS (MB)", "RSS (MB)", "flat", 3),
     Series("workers_rss_mb", "Python workers' RSS, sum (MB)", "RSS (MB)",
-           "flat (workers come and go: `spark.python.worker.reuse`)", 100),
+           "the workers' number times each one's RSS", None),
     Series("driver_threads", "driver threads", "threads", "flat", 3, ci=2),
     Series("jvm_threads", "JVM threads", "threads",
            "flat (Spark's and Netty's pools, idle threads end after 60 s)", 15, ci=25),
     Series("worker_threads_max", "most threads of a Python worker", "threads", "flat", 3,
            ci=3),
-    Series("workers_threads", "Python workers' threads, sum", "threads", "flat", 20),
+    Series("workers_threads", "Python workers' threads, sum", "threads",
+           "the workers' number times each one's threads", None),
     Series("driver_fds", "driver open files", "open files", "flat", 5, ci=3),
     Series("jvm_fds", "JVM open files", "open files", "flat", 25, ci=30),
     Series("worker_fds_max", "most open files of a Python worker", "open files", "flat", 5,
            ci=6),
-    Series("workers_fds", "Python workers' open files, sum", "open files", "flat", 40),
+    Series("workers_fds", "Python workers' open files, sum", "open files",
+           "the workers' number times each one's open files", None),
     Series("workers", "Python workers", "processes", "flat", 3),
     Series("tmp_files", "files in the app's temp dir", "temp dir",
            "Spark's shuffle files until the driver's GC lets its ContextCleaner remove them "
@@ -130,7 +152,9 @@ SERIES: tuple[Series, ...] = (
     Series("tmp_mb", "MB in the app's temp dir", "temp dir", "as above", 5),
     Series("spool_files", "metrics spool files", "metrics spool",
            "one per live worker; a file past 1 MiB rotated and removed once read", 3, ci=3),
-    Series("spool_kb", "metrics spool KB", "metrics spool", "1 MiB per worker", 300),
+    Series("spool_kb", "metrics spool KB", "metrics spool",
+           "1 MiB per spooling worker (`ROTATE_BYTES`)", None,
+           cap=lambda samples: 1024 * (_peak(samples, "spool_files") + 1)),
     Series("checkpoint_files", "checkpoint files (4 queries)", "checkpoints",
            "`spark.sql.streaming.minBatchesToRetain` (100) per query", 20),
     Series("checkpoint_kb", "checkpoint KB (4 queries)", "checkpoints", "as above", 100),
@@ -150,9 +174,9 @@ SERIES: tuple[Series, ...] = (
            "a compaction every 10 batches, 100 batches kept (Spark's file sink log)", 10),
     Series("spark_metadata_kb", "file sink _spark_metadata KB", "file sink log size",
            "grows with the output: each compaction lists every file ever committed, as "
-           "Spark's own file sink log does", None),
+           "Spark's own file sink log does", None, output=True),
     Series("data_files", "file sink data files (the output)", "file sink log size",
-           "the output", None),
+           "the output", None, output=True),
     Series("pg_connections", "PostgreSQL connections of the sink", "PostgreSQL connections",
            "flat: one pooled engine per process and URL", 2, ci=2),
     Series("pg_sockets", "our sockets to PostgreSQL", "PostgreSQL connections", "flat", 2),
@@ -678,12 +702,18 @@ def growth(parts: list[list[dict[str, Any]]], key: str) -> float | None:
     return sxy / sxx * 1000
 
 
-def verdict(series: Series, g: float | None) -> str:
+def verdict(series: Series, g: float | None, samples: list[dict[str, Any]]) -> str:
+    """flat, GROWS (past its tolerance), within its bound, PAST ITS BOUND, grows with the
+    output, or ``-`` (a sum of series judged one by one). Shrinking is never a leak."""
+    if series.cap is not None:
+        peak, cap = _peak(samples, series.key), series.cap(samples)
+        return (f"within its bound (peak {peak:,.0f} <= {cap:,.0f})" if peak <= cap
+                else f"PAST ITS BOUND (peak {peak:,.0f} > {cap:,.0f})")
     if g is None:
         return "not measured"
     if series.tolerance is None:
-        return "grows with the output"
-    return "flat" if abs(g) <= series.tolerance else "GROWS"
+        return "grows with the output" if series.output else "-"
+    return "flat" if g <= series.tolerance else "GROWS"
 
 
 def first_last(parts: list[list[dict[str, Any]]], key: str) -> tuple[Any, Any]:
@@ -692,14 +722,14 @@ def first_last(parts: list[list[dict[str, Any]]], key: str) -> tuple[Any, Any]:
 
 
 def table_md(rows: list[tuple[Series, float | None, Any, Any]], png: str | None,
-             note: str) -> str:
+             note: str, samples: list[dict[str, Any]]) -> str:
     lines = [note, "",
              "| series | after warm-up | at the end | growth per 1,000 batches | tolerance "
              "| verdict | bound |", "|---|---|---|---|---|---|---|"]
     for s, g, a, b in rows:
         tol = "-" if s.tolerance is None else f"{s.tolerance:g}"
         lines.append(f"| {s.label} | {_fmt(a)} | {_fmt(b)} | {_fmt(g, 2)} | {tol} "
-                     f"| {verdict(s, g)} | {s.bound} |")
+                     f"| {verdict(s, g, samples)} | {s.bound} |")
     if png:
         lines += ["", f"![endurance]({png})"]
     return "\n".join(lines)
@@ -845,7 +875,8 @@ def parser() -> argparse.ArgumentParser:
                    help="an existing broker (no broker restart, no transactional ids)")
     p.add_argument("--dsn", default=os.environ.get("POSTGRES_DSN", DEFAULT_DSN))
     p.add_argument("--workdir", default=None, help="default: a new temp dir, removed after")
-    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the work directory and the JDBC sink's tables and commit row")
     p.add_argument("--png", default=os.path.join(HERE, "results", "endurance.png"))
     p.add_argument("--samples", default=None, help="write every sample here (JSON lines)")
     p.add_argument("--txn-every", type=int, default=1,
@@ -1012,7 +1043,7 @@ class Run:
             draw(self.samples, self.restarts, a.warmup, a.png,
                  f"endurance {time.strftime('%Y-%m-%d')}, commit {self.commit}")
             link = png_link(a.png)
-        md = table_md(rows, link, note)
+        md = table_md(rows, link, note, self.samples)
         print(md, flush=True)
         measured = sum(part[-1]["x"] - part[0]["x"] for part in parts)
         failures = check_failures(rows, measured, self.samples, terminations, aborts,
@@ -1026,8 +1057,9 @@ class Run:
             "broker_restarts": sum(1 for _, w in self.restarts if w == "broker"),
             "query_terminations": terminations + len(self.unexpected), "aborts": aborts,
             "exact": all_exact,
-            "series_growing": [s.key for s, g, _, _ in rows if verdict(s, g) == "GROWS"],
-            "commit": self.commit, "table_md": md,
+            "series_growing": [s.key for s, g, _, _ in rows
+                               if verdict(s, g, self.samples).startswith(("GROWS", "PAST"))],
+            "commit": self.commit, "run_id": self.layout.run_id, "table_md": md,
         }
         print("RESULT " + json.dumps(result), flush=True)
         return failures
@@ -1036,9 +1068,10 @@ class Run:
         self.load.stop.set()
         self.app.kill()
         self.broker.stop()
-        if self.own_work and not self.args.keep:
-            shutil.rmtree(self.work, ignore_errors=True)
-        _drop_tables(self.args.dsn, self.layout)
+        if not self.args.keep:
+            if self.own_work:
+                shutil.rmtree(self.work, ignore_errors=True)
+            _drop_tables(self.args.dsn, self.layout)
 
 
 def png_link(png: str) -> str:

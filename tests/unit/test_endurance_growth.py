@@ -60,7 +60,7 @@ def test_too_few_samples_is_unmeasured_and_check_says_so(endurance):
     parts = endurance.stretches(run, [], warmup=300, settle=100)
     assert endurance.growth(parts, "fds") is None
     s = endurance.BY_KEY["driver_fds"]
-    assert endurance.verdict(s, None) == "not measured"
+    assert endurance.verdict(s, None, []) == "not measured"
     failures = endurance.check_failures([(s, None, None, None)], 0, [], 0, 0, True, [])
     assert any("too few samples" in f for f in failures)
 
@@ -87,3 +87,19 @@ def test_every_series_has_a_bound_and_the_ci_ones_a_tolerance(endurance):
         assert s.bound and s.label
         assert s.ci is None or s.tolerance is not None, s.key
     assert len({s.key for s in endurance.SERIES}) == len(endurance.SERIES)
+
+
+def test_verdicts_shrinking_is_flat_a_cap_is_a_bound_the_output_grows(endurance):
+    fds = endurance.BY_KEY["driver_fds"]
+    assert endurance.verdict(fds, -40.0, []) == "flat"  # a sawtooth's slope may be negative
+    assert endurance.verdict(fds, fds.tolerance + 1, []) == "GROWS"
+    jvm = endurance.BY_KEY["jvm_rss_mb"]
+    cap = endurance.DRIVER_HEAP_MB + endurance.JVM_OVERHEAD_MB
+    assert endurance.verdict(jvm, 300.0, [{"jvm_rss_mb": cap - 1}]).startswith("within")
+    assert endurance.verdict(jvm, 0.0, [{"jvm_rss_mb": cap + 1}]).startswith("PAST ITS BOUND")
+    spool = endurance.BY_KEY["spool_kb"]
+    run = [{"spool_files": 3, "spool_kb": 4000.0}]
+    assert endurance.verdict(spool, 3000.0, run).startswith("within")
+    assert endurance.verdict(endurance.BY_KEY["data_files"], 1000.0, []) == \
+        "grows with the output"
+    assert endurance.verdict(endurance.BY_KEY["workers_rss_mb"], 500.0, []) == "-"
