@@ -49,6 +49,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -884,6 +885,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for the app")
     p.add_argument("--java-options", default="", help="more options of the driver JVM")
+    p.add_argument("--reanalyze", metavar="LOG", default=None,
+                   help="make the table, chart and RESULT again from a finished run's log and "
+                   "its --samples file, without running")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when a flat series grew, a WAL kept too much, an output was "
                    "not exact or a query terminated (the CI test)")
@@ -1025,44 +1029,13 @@ class Run:
     def report(self, terminations: int, aborts: int,
                checks: dict[str, dict[str, int]]) -> list[str]:
         """Print the table and the RESULT line, draw the chart; what ``--check`` fails on."""
-        a = self.args
-        all_exact = all(c["duplicates"] == 0 and c["missing"] == 0 for c in checks.values())
-        parts = stretches(self.samples, [at for at, _ in self.restarts], a.warmup, a.settle)
-        rows = [(series, growth(parts, series.key), *first_last(parts, series.key))
-                for series in SERIES]
-        batches = min(self.samples[-1]["batches"].values()) if self.samples else 0
-        restarts = ", ".join(f"{w} restart at {at:,} batches" for at, w in self.restarts)
-        note = (f"{batches:,} micro-batches per query (at least) in {self.minutes:.0f} min, "
-                f"4 queries at processingTime 0, <= {a.per_batch} records per batch, "
-                f"{self.load.sent:,} records; {restarts or 'no restarts'}; warm-up "
-                f"{a.warmup} batches, {a.settle} after each restart; commit {self.commit}; "
-                f"samples every {a.interval:g} s.")
-        link = None
-        if a.png and self.samples:
-            os.makedirs(os.path.dirname(os.path.abspath(a.png)), exist_ok=True)
-            draw(self.samples, self.restarts, a.warmup, a.png,
-                 f"endurance {time.strftime('%Y-%m-%d')}, commit {self.commit}")
-            link = png_link(a.png)
-        md = table_md(rows, link, note, self.samples)
-        print(md, flush=True)
-        measured = sum(part[-1]["x"] - part[0]["x"] for part in parts)
-        failures = check_failures(rows, measured, self.samples, terminations, aborts,
-                                  all_exact, self.unexpected)
-        for f in failures:
-            print(f"CHECK FAILED: {f}", flush=True)
-        result = {
-            "bench": "endurance", "rows": a.rows, "minutes": round(self.minutes, 1),
-            "batches_per_query": batches, "records": self.load.sent,
-            "driver_restarts": sum(1 for _, w in self.restarts if w.startswith("driver")),
-            "broker_restarts": sum(1 for _, w in self.restarts if w == "broker"),
-            "query_terminations": terminations + len(self.unexpected), "aborts": aborts,
-            "exact": all_exact,
-            "series_growing": [s.key for s, g, _, _ in rows
-                               if verdict(s, g, self.samples).startswith(("GROWS", "PAST"))],
-            "commit": self.commit, "run_id": self.layout.run_id, "table_md": md,
-        }
-        print("RESULT " + json.dumps(result), flush=True)
-        return failures
+        facts = Facts(minutes=self.minutes, records=self.load.sent,
+                      terminations=terminations + len(self.unexpected), aborts=aborts,
+                      exact=all(c["duplicates"] == 0 and c["missing"] == 0
+                                for c in checks.values()),
+                      unexpected=self.unexpected, commit=self.commit,
+                      run_id=self.layout.run_id, restarts=self.restarts)
+        return analyze(self.samples, facts, self.args)
 
     def close(self) -> None:
         self.load.stop.set()
@@ -1072,6 +1045,88 @@ class Run:
             if self.own_work:
                 shutil.rmtree(self.work, ignore_errors=True)
             _drop_tables(self.args.dsn, self.layout)
+
+
+@dataclass
+class Facts:
+    """What a run found besides its samples."""
+
+    minutes: float
+    records: int
+    terminations: int  # query terminations, the app's unexpected ends among them
+    aborts: int
+    exact: bool
+    unexpected: list[str]
+    commit: str
+    run_id: str
+    restarts: list[tuple[int, str]]
+    reanalyzed: str | None = None  # the log this analysis was made again from
+
+
+def analyze(samples: list[dict[str, Any]], facts: Facts, a: argparse.Namespace) -> list[str]:
+    """Growth of every series after warm-up, the table, the chart and the RESULT line
+    (printed); returns what ``--check`` fails on."""
+    parts = stretches(samples, [at for at, _ in facts.restarts], a.warmup, a.settle)
+    rows = [(series, growth(parts, series.key), *first_last(parts, series.key))
+            for series in SERIES]
+    batches = min(samples[-1]["batches"].values()) if samples else 0
+    restarts = ", ".join(f"{w} restart at {at:,} batches" for at, w in facts.restarts)
+    note = (f"{batches:,} micro-batches per query (at least) in {facts.minutes:.0f} min, "
+            f"4 queries at processingTime 0, <= {a.per_batch} records per batch, "
+            f"{facts.records:,} records; {restarts or 'no restarts'}; warm-up "
+            f"{a.warmup} batches, {a.settle} after each restart; commit {facts.commit}; "
+            f"samples every {a.interval:g} s."
+            + (f" (Table made again from the run's samples and log, {facts.reanalyzed}.)"
+               if facts.reanalyzed else ""))
+    link = None
+    if a.png and samples:
+        os.makedirs(os.path.dirname(os.path.abspath(a.png)), exist_ok=True)
+        day = time.strftime("%Y-%m-%d", time.localtime(samples[0]["t"]))
+        draw(samples, facts.restarts, a.warmup, a.png, f"endurance {day}, commit {facts.commit}")
+        link = png_link(a.png)
+    md = table_md(rows, link, note, samples)
+    print(md, flush=True)
+    measured = sum(part[-1]["x"] - part[0]["x"] for part in parts)
+    failures = check_failures(rows, measured, samples, facts.terminations, facts.aborts,
+                              facts.exact, facts.unexpected)
+    for f in failures:
+        print(f"CHECK FAILED: {f}", flush=True)
+    result = {
+        "bench": "endurance", "rows": a.rows, "minutes": round(facts.minutes, 1),
+        "batches_per_query": batches, "records": facts.records,
+        "driver_restarts": sum(1 for _, w in facts.restarts if w.startswith("driver")),
+        "broker_restarts": sum(1 for _, w in facts.restarts if w == "broker"),
+        "restarts_at": [[at, w] for at, w in facts.restarts],
+        "query_terminations": facts.terminations, "aborts": facts.aborts,
+        "exact": facts.exact,
+        "series_growing": [s.key for s, g, _, _ in rows
+                           if verdict(s, g, samples).startswith(("GROWS", "PAST"))],
+        "commit": facts.commit, "run_id": facts.run_id, "table_md": md,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+    return failures
+
+
+def reanalyze(log_path: str, a: argparse.Namespace) -> list[str]:
+    """The analysis of a finished run made again from its samples (``--samples``) and its
+    log (its RESULT line and restart lines): another warm-up, or a corrected verdict,
+    without running the hour again. The facts the run found stay the log's."""
+    text = Path(log_path).read_text(errors="replace")
+    old = json.loads(next(line for line in reversed(text.splitlines())
+                          if line.startswith("RESULT "))[len("RESULT "):])
+    restarts = [(int(at), w) for at, w in old.get("restarts_at", [])] or [
+        (int(m.group(2).replace(",", "")), "driver" if m.group(1) == "SIGKILL" else "broker")
+        for m in re.finditer(r"endurance: (SIGKILL|restarting) .*? at ([\d,]+) batches",
+                             text)]
+    facts = Facts(minutes=old["minutes"], records=old["records"],
+                  terminations=old["query_terminations"], aborts=old["aborts"],
+                  exact=old["exact"], unexpected=[], commit=old["commit"],
+                  run_id=old.get("run_id") or next(iter(re.findall(r"endurance: run (\w+) on",
+                                                                   text)), "?"),
+                  restarts=restarts,
+                  reanalyzed=f"{os.path.basename(log_path)}, by commit {git_commit()}")
+    samples = [json.loads(line) for line in Path(a.samples).read_text().splitlines() if line]
+    return analyze(samples, facts, a)
 
 
 def png_link(png: str) -> str:
@@ -1085,6 +1140,10 @@ def png_link(png: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.reanalyze:
+        if not args.samples:
+            raise SystemExit("--reanalyze LOG needs --samples FILE (the run's samples)")
+        return 1 if reanalyze(args.reanalyze, args) and args.check else 0
     run = Run(args)
     out = open(args.samples, "w") if args.samples else None  # noqa: SIM115
     try:
