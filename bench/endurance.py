@@ -864,9 +864,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--interval", type=float, default=30.0, help="seconds between samples")
     p.add_argument("--per-batch", type=int, default=40, help="maxOffsetsPerTrigger")
-    p.add_argument("--warmup", type=int, default=300, help="batches left out at the start")
-    p.add_argument("--settle", type=int, default=100,
-                   help="batches left out after each restart")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="batches left out at the start (default 300; --reanalyze: the run's)")
+    p.add_argument("--settle", type=int, default=None,
+                   help="batches left out after each restart (default 100; --reanalyze: the "
+                   "run's)")
     p.add_argument("--driver-restart-at", type=float, default=None,
                    help="minutes into the run (default: 40%% of --minutes)")
     p.add_argument("--broker-restart-at", type=float, default=None,
@@ -1097,6 +1099,7 @@ def analyze(samples: list[dict[str, Any]], facts: Facts, a: argparse.Namespace) 
         "driver_restarts": sum(1 for _, w in facts.restarts if w.startswith("driver")),
         "broker_restarts": sum(1 for _, w in facts.restarts if w == "broker"),
         "restarts_at": [[at, w] for at, w in facts.restarts],
+        "warmup": a.warmup, "settle": a.settle,
         "query_terminations": facts.terminations, "aborts": facts.aborts,
         "exact": facts.exact,
         "series_growing": [s.key for s, g, _, _ in rows
@@ -1125,6 +1128,8 @@ def reanalyze(log_path: str, a: argparse.Namespace) -> list[str]:
                                                                    text)), "?"),
                   restarts=restarts,
                   reanalyzed=f"{os.path.basename(log_path)}, by commit {git_commit()}")
+    a.warmup = old.get("warmup", WARMUP) if a.warmup is None else a.warmup
+    a.settle = old.get("settle", SETTLE) if a.settle is None else a.settle
     samples = [json.loads(line) for line in Path(a.samples).read_text().splitlines() if line]
     return analyze(samples, facts, a)
 
@@ -1138,12 +1143,18 @@ def png_link(png: str) -> str:
     return os.path.relpath(path, ROOT)
 
 
+#: The warm-up and settling defaults (``--warmup``, ``--settle``), in batches.
+WARMUP, SETTLE = 300, 100
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.reanalyze:
         if not args.samples:
             raise SystemExit("--reanalyze LOG needs --samples FILE (the run's samples)")
         return 1 if reanalyze(args.reanalyze, args) and args.check else 0
+    args.warmup = WARMUP if args.warmup is None else args.warmup
+    args.settle = SETTLE if args.settle is None else args.settle
     run = Run(args)
     out = open(args.samples, "w") if args.samples else None  # noqa: SIM115
     try:
