@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import threading
 
 import sqlalchemy as sa
 
@@ -39,8 +40,23 @@ def reset_after(stored: int) -> int | None:
     return -2 - stored if stored <= -2 else None
 
 
+_COMMIT_TABLES: dict[tuple[str, str | None], CommitsTable] = {}
+_LOCK = threading.Lock()
+
+
 class CommitsTable:
     """``eo_sink_commits(sink_id, batch_id, rows, committed_at)`` in one database."""
+
+    @classmethod
+    def of(cls, name: str = DEFAULT_NAME, schema: str | None = None) -> CommitsTable:
+        """The commit table of that name, one object per process: SQLAlchemy's statement
+        cache keys on the table object, so a new one per batch (Spark makes the sink anew
+        for each) would compile every statement again (``tables._named`` says more)."""
+        with _LOCK:
+            found = _COMMIT_TABLES.get((name, schema))
+            if found is None:
+                found = _COMMIT_TABLES[(name, schema)] = cls(name, schema)
+        return found
 
     def __init__(self, name: str = DEFAULT_NAME, schema: str | None = None) -> None:
         self.name = name
