@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Any
 
 #: The queries, in the order they start.
@@ -63,6 +62,7 @@ def main(argv: list[str]) -> int:
 
     import connectors
     from connectors import monitoring
+    from tests.integration.pipelines.common import run_until, start_one_at_a_time
 
     builder = (SparkSession.builder.master("local[2,4]").appName("eo-endurance")
                .config("spark.ui.enabled", "false")
@@ -116,36 +116,13 @@ def main(argv: list[str]) -> int:
                   .writeStream.format("eo_files")
                   .option("path", args.files).option("format", "parquet")),
     }
-    queries = {}
-    for name in QUERIES:
-        queries[name] = (writers[name].queryName(name)
-                         .option("sink_id", f"endurance-{args.run_id}-{name}")
-                         .option("checkpointLocation",
-                                 os.path.join(args.work, name, "checkpoint"))
-                         .trigger(processingTime="0 seconds").start())
-        # One query starts at a time: each start launches Spark's Python runners, and on two
-        # cores several at once can outlast Spark's wait for a new Python worker.
-        began = time.monotonic()
-        while (queries[name].isActive and queries[name].lastProgress is None
-               and time.monotonic() - began < 120):
-            time.sleep(0.2)
-    print("QUERIES STARTED", flush=True)
-    shown = time.monotonic()
-    while not os.path.exists(args.stop):
-        for name, q in queries.items():
-            if not q.isActive:
-                print(f"QUERY FAILED {name}: {q.exception()}", flush=True)
-                os._exit(3)  # end at once, whatever Spark is doing
-        if time.monotonic() - shown > 60:  # what a batch costs now, for the log
-            shown = time.monotonic()
-            for name, q in queries.items():
-                last = q.lastProgress or {}
-                print(f"PROGRESS {name} batch {last.get('batchId')} rows "
-                      f"{last.get('numInputRows')} ms {last.get('durationMs')}", flush=True)
-        time.sleep(0.5)
-    for q in queries.values():
-        q.stop()
-    print("PIPELINE DONE", flush=True)
+    def start(name: str, writer: Any) -> Any:
+        return (writer.queryName(name).option("sink_id", f"endurance-{args.run_id}-{name}")
+                .option("checkpointLocation", os.path.join(args.work, name, "checkpoint"))
+                .trigger(processingTime="0 seconds").start())
+
+    run_until(start_one_at_a_time({name: writers[name] for name in QUERIES}, start), args.stop,
+              progress_every=60)
     server.stop()
     spark.stop()
     return 0
