@@ -104,6 +104,10 @@ BENCHES: dict[str, tuple[str, int, int, list[tuple[str, float | None]]]] = {
     # end-to-end latency against Spark's JVM Kafka -> Kafka (its own table; lower is
     # better): "rows" sets the measured window, 60,000 -> 60 s per pipeline and rate
     "latency": ("latency.py", 60_000, 20_000, []),
+    # a week in an hour (issue 52): the four sinks in one driver with a driver and a broker
+    # restart, every resource's growth per 1,000 batches (its own table and chart, no
+    # ratio): "rows" is the micro-batches per query to reach, the run ending at --minutes
+    "endurance": ("endurance.py --minutes 60", 10_000, 1_000, []),
 }
 
 #: Targets between two benchmarks of one run: (label, numerator (bench, key), denominator

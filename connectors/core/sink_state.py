@@ -49,8 +49,12 @@ class _Unset:
 
 _UNSET = _Unset()
 #: Facts that are written once and never change, read once per process: owner records
-#: (by path) and the sink id of a commit marker (by log and batch).
+#: (by path).
 _FACTS: dict[Any, str | None] = {}
+#: The sink id of the newest commit marker of each log, read once per process and batch:
+#: (store, log directory) -> (batch, sink id). One entry per log, replaced when a newer
+#: commit comes, so a query that runs for months keeps one, not one per batch.
+_NEWEST: dict[Any, tuple[int, str | None]] = {}
 
 
 @dataclass(frozen=True)
@@ -171,10 +175,14 @@ class SinkState:
             last = self.log.last_committed()
         if last is None:
             return None
-        commit_key = (self.storage.identity(), self.log.dir, last)
-        if commit_key not in _FACTS:
-            _FACTS[commit_key] = (self.log.commit_info(last) or {}).get("sink_id")
-        committed_by = _FACTS[commit_key]
+        log_key = (self.storage.identity(), self.log.dir)
+        known = _NEWEST.get(log_key)
+        if known is not None and known[0] == last:
+            committed_by = known[1]
+        else:
+            committed_by = (self.log.commit_info(last) or {}).get("sink_id")
+            if known is None or known[0] < last:
+                _NEWEST[log_key] = (last, committed_by)
         return Owner(committed_by if committed_by is None else str(committed_by), last)
 
     def check_owner(self, family: str, sink_id: str | None,

@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 
 STAGING_DIR = "_eo_staging"
 ATTEMPT_EXT = ".json"
-#: winning attempts and planned files per (store, output path, batch): plans never change
+#: winning attempts and planned files per (store, output path, batch): plans never change.
+#: A sweep (every ``RETAIN_EVERY``-th batch) forgets the batches it swept, so this holds the
+#: batches since the last sweep, not every batch of a query that runs for months.
 _WINNERS: dict[tuple[Any, str, int], tuple[set[str], set[str]]] = {}
 
 
@@ -260,6 +262,13 @@ class InPlacePlacement(Placement):
             doomed.append(record)
         if doomed:
             self.storage.delete_many(doomed)
+        if sweep:
+            # Swept: a record of these batches comes back only from a zombie, whose check
+            # reads the plan again (from _eo_log, which keeps LOG_RETENTION batches).
+            identity = self.storage.identity()
+            for key in [k for k in _WINNERS if k[0] == identity and k[1] == self.path
+                        and k[2] <= batch_id]:
+                del _WINNERS[key]
         return len(doomed)
 
     def _winners(self, batch_id: int, plan: dict[str, Any] | None,

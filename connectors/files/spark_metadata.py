@@ -50,8 +50,18 @@ _HDFS_BLOCK_SIZE = 128 * 1024 * 1024
 Entry = tuple[str, int, int]
 
 #: Log files are written once and never change: what this process wrote or read, by
-#: (store, log directory, batch id), so a compaction need not read its deltas back.
+#: (store, log directory, batch id), so a compaction need not read its deltas back. Only the
+#: newest compaction and the deltas after it are ever needed again: writing a compaction
+#: forgets the log's older batches (:func:`_forget_before`), or a query running for months
+#: would keep every batch, and every compaction's list of all the files before it.
 _READ: dict[tuple[object, str, int], list[dict[str, Any]]] = {}
+
+
+def _forget_before(identity: object, directory: str, batch_id: int) -> None:
+    """Drop what :data:`_READ` holds of the log ``directory`` below ``batch_id``."""
+    for key in [k for k in _READ if k[0] == identity and k[1] == directory
+                and k[2] < batch_id]:
+        del _READ[key]
 
 
 def is_compaction(batch_id: int, interval: int = COMPACT_INTERVAL) -> bool:
@@ -217,7 +227,10 @@ class SparkMetadataLog:
         # another writer's log, which must not be overwritten.
         create_or_same(self.storage, self._path(batch_id), "\n".join(lines).encode("utf-8"),
                        "Spark metadata log entry")
-        _READ[(self.storage.identity(), self.dir, batch_id)] = entries
+        identity = self.storage.identity()
+        _READ[(identity, self.dir, batch_id)] = entries
+        if is_compaction(batch_id, self.interval):
+            _forget_before(identity, self.dir, batch_id)
 
     def _expire(self, compaction_id: int) -> None:
         """Delete files older than needed, as Spark does after a compaction."""

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -45,8 +46,24 @@ def reset_after(stored: int) -> int | None:
     return -2 - stored if stored <= -2 else None
 
 
+_T = TypeVar("_T", bound="_StateTable")
+_STATE_TABLES: dict[tuple[type, str, str | None], _StateTable] = {}
+_LOCK = threading.Lock()
+
+
 class _StateTable:
     """A table of the sink's own state, created when missing."""
+
+    @classmethod
+    def of(cls: type[_T], name: str, schema: str | None = None) -> _T:
+        """The table of that name, one object per process and class: SQLAlchemy's statement
+        cache keys on the table object, so a new one per batch (Spark makes the sink anew
+        for each) would compile every statement again (``tables._named`` says more)."""
+        with _LOCK:
+            found = _STATE_TABLES.get((cls, name, schema))
+            if found is None:
+                found = _STATE_TABLES[(cls, name, schema)] = cls(name, schema)
+        return found  # type: ignore[return-value]
 
     def __init__(self, name: str, schema: str | None, *columns: sa.Column[Any]) -> None:
         self.name = name

@@ -16,9 +16,11 @@ table objects (reflection is slow) and layouts are cached per process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -64,14 +66,26 @@ def remember_layout(options: JdbcSinkOptions, schema: pa.Schema, layout: Layout)
         _PREPARED[_schema_key(options, schema)] = layout
 
 
+def _named(key: tuple[Any, ...], build: Callable[[], sa.Table]) -> sa.Table:
+    """A table object built from names alone, one per process and ``key``. Spark makes the
+    sink anew for every batch, and SQLAlchemy's statement cache keys on the table object: a
+    new object per batch compiled every statement again and filled the engine's cache (500
+    entries, about 50 MB) within a hundred batches (bench/endurance.py)."""
+    with _CACHE_LOCK:
+        table = _TABLES.get(key)
+        if table is None:
+            table = _TABLES[key] = build()
+    return table
+
+
 class Tables:
     """The target, staging, block and commit tables of one sink, as SQLAlchemy objects."""
 
     def __init__(self, options: JdbcSinkOptions, dialect: Dialect) -> None:
         self.options = options
         self.dialect = dialect
-        self.commits = CommitsTable(options.metadata_table, options.metadata_schema)
-        self.tasks = TasksTable(options.tasks_table, options.metadata_schema)
+        self.commits = CommitsTable.of(options.metadata_table, options.metadata_schema)
+        self.tasks = TasksTable.of(options.tasks_table, options.metadata_schema)
 
     # -- table objects ----------------------------------------------------------------------
     def target(self, conn: sa.Connection) -> sa.Table:
@@ -92,8 +106,10 @@ class Tables:
         """The target by column names only: enough to build statements, and it spares a
         reflection in a fresh Python process (Spark may run the commit in one)."""
         o = self.options
-        cols = [sa.Column(c.column, sa.types.NullType()) for c in layout.columns]
-        return sa.Table(o.table or "", sa.MetaData(), *cols, schema=o.table_schema)
+        names = tuple(c.column for c in layout.columns)
+        return _named(("target names", o.table_schema, o.table, names), lambda: sa.Table(
+            o.table or "", sa.MetaData(), *[sa.Column(n, sa.types.NullType()) for n in names],
+            schema=o.table_schema))
 
     def target_for_rows(self, conn: sa.Connection, layout: Layout) -> sa.Table:
         """The target as ``Dialect.write_rows`` needs it (reflected types only for binds)."""
@@ -113,16 +129,21 @@ class Tables:
                 with _CACHE_LOCK:
                     _TABLES[key] = cached
             return cached
-        return self.dialect.stage_table(o.staging_table, o.staging_schema,
-                                        [(c.column, sa.types.NullType()) for c in layout.columns])
+        names = tuple(c.column for c in layout.columns)
+        d = self.dialect
+        return _named(("stage names", d.name, getattr(d, "durable_staging", True),
+                       o.staging_schema, o.staging_table, names),
+                      lambda: d.stage_table(o.staging_table, o.staging_schema,
+                                            [(n, sa.types.NullType()) for n in names]))
 
     def stage_for_rows(self, conn: sa.Connection, layout: Layout) -> sa.Table:
         """The staging table as ``Dialect.write_rows`` needs it."""
         return self.stage(conn, layout, typed=self.dialect.binds_types)
 
     def blocks(self) -> sa.Table:
-        return sa.Table(self.options.blocks_table, sa.MetaData(),
-                        schema=self.options.staging_schema)
+        o = self.options
+        return _named(("blocks", o.staging_schema, o.blocks_table), lambda: sa.Table(
+            o.blocks_table, sa.MetaData(), schema=o.staging_schema))
 
     def delete_batch(self, conn: sa.Connection, batch_id: int) -> None:
         """Delete what ``batch_id`` staged, from whichever staging tables exist (abort runs
@@ -131,8 +152,10 @@ class Tables:
         insp = sa.inspect(conn)
         for name in (o.staging_table, o.blocks_table):
             if insp.has_table(name, schema=o.staging_schema):
-                table = sa.Table(name, sa.MetaData(), sa.Column("eo_batch", sa.BigInteger),
-                                 schema=o.staging_schema)
+                table = _named(("batch column", o.staging_schema, name),
+                               functools.partial(sa.Table, name, sa.MetaData(),
+                                                 sa.Column("eo_batch", sa.BigInteger),
+                                                 schema=o.staging_schema))
                 conn.execute(table.delete().where(table.c.eo_batch == batch_id))
 
     # -- preparation (driver, before any task) -------------------------------------------------

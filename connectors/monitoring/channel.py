@@ -208,11 +208,17 @@ class Spool:
     @classmethod
     def create(cls, jvm_pid: int, apply: Callable[[Mapping[str, Any]], None]) -> Spool:
         """A fresh spool for this driver JVM: what a former process with the same pid left
-        is removed first, so it is never counted."""
-        directory = spool_root() / str(jvm_pid)
+        is removed first, so it is never counted; so are the spools of driver JVMs that are
+        gone (a driver killed, or stopped without ``server.stop()``, leaves its directory,
+        and one restarted after each crash for months would leave one per crash)."""
+        root = spool_root()
+        directory = root / str(jvm_pid)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         for stale in directory.glob("*.jsonl*"):
             stale.unlink(missing_ok=True)
+        for other in root.iterdir():
+            if other.name.isdigit() and other != directory and not alive(int(other.name)):
+                cls(other, apply).remove()
         return cls(directory, apply)
 
     def drain(self) -> int:
@@ -265,16 +271,20 @@ def _finished(path: Path, quiet: float = 60.0) -> bool:
     if not path.name.endswith(".jsonl"):
         return True
     pid = path.name[:-len(".jsonl")]
-    if not pid.isdigit():
+    if not pid.isdigit() or alive(int(pid)):
         return False
-    try:
-        os.kill(int(pid), 0)
-        return False
-    except ProcessLookupError:
-        pass
-    except OSError:
-        return False  # alive, another user's
     try:
         return time.time() - path.stat().st_mtime > quiet
     except OSError:
         return False
+
+
+def alive(pid: int) -> bool:
+    """A process ``pid`` exists (this user's or another's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # alive, another user's
+    return True

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from connectors.core.storage import request_counts, stats
+from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +165,33 @@ _SINK_COUNTS = {
     "transactions_aborted": SINK_TXN_ABORTED,
 }
 
-#: The newest storage totals of each spooling process (``channel.process_token``).
+#: The newest storage totals of each spooling process (``channel.process_token``), and when
+#: each last sent them.
 _PEER_STORAGE: dict[str, dict[tuple[str, str, str], int]] = {}
+_PEER_SEEN: dict[str, float] = {}
+#: The summed totals of processes that are gone: their counts stay in the counters (which
+#: must never go down) without an entry per process, so a driver whose Python workers come
+#: and go for months keeps one entry per live worker.
+_RETIRED: dict[tuple[str, str, str], int] = {}
+#: A process that is gone and sent nothing for this long has nothing left to send: its spool
+#: file was read to its end and removed (``channel.Spool.drain``) a minute after it ended.
+RETIRE_AFTER_S = 300.0
+
+
+def retire_gone_peers(now: float | None = None) -> int:
+    """Fold the totals of spooling processes that ended into :data:`_RETIRED`; returns how
+    many were retired."""
+    now = time.time() if now is None else now
+    retired = 0
+    for token, seen in list(_PEER_SEEN.items()):
+        pid = token.split("-", 1)[0]
+        if now - seen < RETIRE_AFTER_S or (pid.isdigit() and channel.alive(int(pid))):
+            continue
+        for key, n in _PEER_STORAGE.pop(token, {}).items():
+            _RETIRED[key] = _RETIRED.get(key, 0) + n
+        del _PEER_SEEN[token]
+        retired += 1
+    return retired
 
 
 class StorageCollector:
@@ -172,8 +199,9 @@ class StorageCollector:
     plus the newest totals each spooling worker process sent, read at every scrape."""
 
     def collect(self) -> list[Metric]:
+        retire_gone_peers()
         totals: dict[tuple[str, str, str], int] = dict(stats.snapshot())
-        for peer in list(_PEER_STORAGE.values()):
+        for peer in [_RETIRED, *_PEER_STORAGE.values()]:
             for key, n in peer.items():
                 totals[key] = totals.get(key, 0) + n
         families = {
@@ -208,6 +236,7 @@ def apply_event(event: Mapping[str, Any]) -> None:
     if storage and event.get("process"):
         _PEER_STORAGE[str(event["process"])] = {
             (str(what), str(store), str(op)): int(n) for what, store, op, n in storage}
+        _PEER_SEEN[str(event["process"])] = time.time()
     kind = event["kind"]
     if kind == "storage":
         return

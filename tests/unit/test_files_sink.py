@@ -264,3 +264,31 @@ def test_orphans_of_older_batches_are_removed(tmp_path):
     sink.commit(3, stage_all(sink, 3, [[rows(5, 10)]]))
     assert not os.listdir(os.path.join(out, "_eo_staging"))
     assert_exact(read_ids(out), range(5, 10))
+
+
+def test_what_a_process_caches_stays_bounded_over_many_batches(tmp_path):
+    """A query runs for months in the same Python workers: the per-process caches of the
+    commit (the Spark log's batches, the winners of each batch, the newest commit's sink id)
+    keep the last few batches, not every batch (bench/endurance.py measures the same over
+    thousands of batches in Spark)."""
+    from connectors.core import sink_state
+    from connectors.files import placement, spark_metadata
+
+    out = str(tmp_path / "out")
+    sink = FileSink(out)
+
+    def held() -> tuple[int, int, int]:
+        return (sum(1 for k in spark_metadata._READ if k[1].startswith(out)),
+                sum(1 for k in placement._WINNERS if k[1] == out),
+                sum(1 for k in [*sink_state._FACTS, *sink_state._NEWEST]
+                    if any(isinstance(p, str) and p.startswith(out) for p in k)))
+
+    for b in range(120):
+        sink.commit(b, stage_all(sink, b, [[rows(b, b + 1)]]))
+        sink.last_committed()
+        sink.admit(b + 1)
+    meta, winners, facts = held()
+    assert meta <= spark_metadata.COMPACT_INTERVAL + 1, meta
+    assert winners <= 10, winners
+    assert facts <= 1, facts
+    assert_exact(read_ids(out), range(120))

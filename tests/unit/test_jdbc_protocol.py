@@ -196,3 +196,28 @@ def test_transient_errors_are_retried_within_the_deadline(db: str) -> None:
     short = make(db, retry_timeout=0.3)
     with pytest.raises(JdbcSinkError, match="gave up after .* retryTimeout=0.3s"):
         short._retrying("locked step", always_locked)
+
+
+def test_a_new_sink_per_batch_compiles_no_statement_again(db: str) -> None:
+    """Spark makes the sink anew for every batch, in Python workers that live for months.
+    SQLAlchemy's statement cache keys on table objects: with new ones per batch every
+    statement was compiled again and the engine's cache grew to its 500 entries (about 50 MB
+    on PostgreSQL, bench/endurance.py). The same tables are the same objects, so batches
+    after the first ones add nothing to it."""
+    from connectors.jdbc import dialects
+
+    def batch(b: int) -> None:
+        sink = make(db)
+        message = sink.stage(TaskInfo(b, 0), batches([(f"w{b % 7}", 1)]))
+        sink = make(db)
+        sink.admit(b)
+        sink.commit(b, [message])
+
+    for b in range(5):
+        batch(b)
+    engine = dialects._ENGINES[f"sqlite:///{db}"]
+    before = len(engine._compiled_cache)
+    for b in range(5, 40):
+        batch(b)
+    assert len(engine._compiled_cache) == before
+    assert sum(table(db).values()) == 40

@@ -104,6 +104,53 @@ def test_a_worker_processes_storage_totals_reach_the_endpoint_once(
         spool.remove()
 
 
+def _gone_pid() -> int:
+    """The pid of a process that has ended (and was reaped)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_the_totals_of_workers_that_ended_stay_counted_in_one_entry() -> None:
+    """Python workers come and go over a long run: the endpoint folds the totals of one that
+    ended (and sent nothing for RETIRE_AFTER_S) into one sum, so it keeps an entry per live
+    worker, and the counters never go down."""
+    store = f"test-{uuid.uuid4().hex[:6]}"
+    live = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    gone = [f"{_gone_pid()}-{uuid.uuid4().hex[:12]}" for _ in range(3)]
+    for token in [live, *gone]:
+        metrics.apply_event({"kind": "storage", "process": token,
+                             "storage": [["operations", store, "create", 5]]})
+    assert storage("operations", store, "create") == 20
+    later = metrics._PEER_SEEN[live] + metrics.RETIRE_AFTER_S + 1
+    assert metrics.retire_gone_peers(now=later) >= 3  # (and any an earlier test left)
+    assert [t for t in [live, *gone] if t in metrics._PEER_STORAGE] == [live]
+    assert storage("operations", store, "create") == 20
+    # a live process's newest totals still replace its older ones
+    metrics.apply_event({"kind": "storage", "process": live,
+                         "storage": [["operations", store, "create", 7]]})
+    assert storage("operations", store, "create") == 22
+
+
+def test_a_new_spool_removes_the_spools_of_driver_jvms_that_are_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver killed mid-run leaves its JVM's spool; the next one removes it (a driver
+    restarted after each crash for months would otherwise leave one per crash), and keeps
+    the spool of a driver that still runs."""
+    monkeypatch.setenv(channel.SPOOL_ROOT_ENV, str(tmp_path))
+    dead, running = tmp_path / str(_gone_pid()), tmp_path / str(os.getppid())
+    for d in (dead, running):
+        d.mkdir()
+        (d / "123.jsonl").write_text("{}\n")
+        (d / "123.jsonl.5").write_text("{}\n")
+    spool = channel.Spool.create(os.getpid(), metrics.apply_event)
+    try:
+        assert not dead.exists()
+        assert sorted(p.name for p in running.iterdir()) == ["123.jsonl", "123.jsonl.5"]
+    finally:
+        spool.remove()
+
+
 def _staged(writer: int, attempt: int, payload: Any) -> Any:
     from connectors.spark.sink_adapter import StagedMessage
 

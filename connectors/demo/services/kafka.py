@@ -286,6 +286,14 @@ class ApacheKafka:
         if self._own_dir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def restart(self, timeout: float = 90.0) -> None:
+        """Stop the broker (a controlled shutdown) and start it again on the same ports and
+        data, as an operator's restart does (bench/endurance.py); its storage is not
+        formatted again (a new cluster id would not match the data's)."""
+        _stop(self._proc)
+        self._proc = None
+        self._launch(self.workdir / "server.properties", timeout)
+
     def tool(self, main_class: str, *args: str, timeout: float = 120.0) -> str:
         """Run a Kafka command-line class from the same jars (e.g.
         ``org.apache.kafka.tools.consumer.group.ConsumerGroupCommand``); its stdout."""

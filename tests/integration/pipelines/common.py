@@ -1,5 +1,6 @@
-"""What every recovery pipeline script shares: the SparkSession it runs in, and the
-``eo_kafka`` stream most of them read.
+"""What every recovery pipeline script shares: the SparkSession it runs in, the
+``eo_kafka`` stream most of them read, and how a long-running application starts its
+queries and runs them until told to stop.
 
 ``local[2]`` (or ``local[N,maxFailures]`` where a test needs Spark's task retries), UI off,
 2 shuffle partitions, our DataSources registered.
@@ -7,6 +8,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -38,3 +42,42 @@ def kafka_stream(spark: SparkSession, bootstrap: str, topic: str, per_batch: int
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def start_one_at_a_time(writers: Mapping[str, Any],
+                        start: Callable[[str, Any], Any]) -> dict[str, Any]:
+    """``start(name, writer)`` for each writer in turn, each once the query before it made
+    its first progress (or 120 s passed), as an operator's script would: each start launches
+    Spark's Python runners, and on two cores several at once can outlast Spark's wait for a
+    new Python worker to connect back. Prints ``QUERIES STARTED``."""
+    queries: dict[str, Any] = {}
+    for name, writer in writers.items():
+        query = queries[name] = start(name, writer)
+        began = time.monotonic()
+        while query.isActive and query.lastProgress is None and time.monotonic() - began < 120:
+            time.sleep(0.2)
+    print("QUERIES STARTED", flush=True)
+    return queries
+
+
+def run_until(queries: Mapping[str, Any], stop: str, progress_every: float | None = None) -> None:
+    """Run until the file ``stop`` exists, then stop every query (``PIPELINE DONE``). A query
+    that terminates ends the process at once with ``QUERY FAILED <name>: <error>`` and exit
+    code 3 (the tests fail on it). ``progress_every``: a ``PROGRESS`` line per query that
+    often (seconds), what a batch costs now."""
+    shown = time.monotonic()
+    while not os.path.exists(stop):
+        for name, q in queries.items():
+            if not q.isActive:
+                print(f"QUERY FAILED {name}: {q.exception()}", flush=True)
+                os._exit(3)  # end at once, whatever Spark is doing
+        if progress_every is not None and time.monotonic() - shown > progress_every:
+            shown = time.monotonic()
+            for name, q in queries.items():
+                last = q.lastProgress or {}
+                print(f"PROGRESS {name} batch {last.get('batchId')} rows "
+                      f"{last.get('numInputRows')} ms {last.get('durationMs')}", flush=True)
+        time.sleep(0.5)
+    for q in queries.values():
+        q.stop()
+    print("PIPELINE DONE", flush=True)

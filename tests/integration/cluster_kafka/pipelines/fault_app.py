@@ -21,9 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+from typing import Any
 
-from tests.integration.pipelines.common import kafka_stream, pipeline_spark
+from tests.integration.pipelines.common import (
+    kafka_stream,
+    pipeline_spark,
+    run_until,
+    start_one_at_a_time,
+)
 
 
 def main(argv: list[str]) -> int:
@@ -44,13 +49,12 @@ def main(argv: list[str]) -> int:
     args.run_id = args.run_id or os.path.basename(args.work)
 
     spark = pipeline_spark("kafka-cluster-faults", "local[2,4]", "WARN")
-    queries = {}
+    writers: dict[str, Any] = {}
     for spec in args.sink:
         name, kind, target, *flags = spec.split(":")
         work = os.path.join(args.work, name)
         stream = kafka_stream(spark, args.bootstrap, args.source_topic, args.per_batch,
                               walPath=os.path.join(work, "source-wal"))
-        sink_id = f"{name}-{args.run_id}"
         if kind == "kafka":
             transactional, wire = flags
             writer = (stream.selectExpr("key", "value").repartition(2, "key")
@@ -75,26 +79,14 @@ def main(argv: list[str]) -> int:
                       .option("path", target).option("format", "parquet"))
         else:
             raise SystemExit(f"unknown sink kind {kind!r} in {spec!r}")
-        queries[name] = (writer.queryName(name).option("sink_id", sink_id)
-                         .option("checkpointLocation", os.path.join(work, "checkpoint"))
-                         .trigger(processingTime="1 second").start())
-        # One query starts at a time, as an operator's script would: each start launches
-        # Spark's Python runners, and on two cores several at once can outlast Spark's wait
-        # for a new Python worker to connect back.
-        began = time.monotonic()
-        while (queries[name].isActive and queries[name].lastProgress is None
-               and time.monotonic() - began < 120):
-            time.sleep(0.2)
-    print("QUERIES STARTED", flush=True)
-    while not os.path.exists(args.stop):
-        for name, q in queries.items():
-            if not q.isActive:
-                print(f"QUERY FAILED {name}: {q.exception()}", flush=True)
-                os._exit(3)  # noqa: SLF001 - end at once, whatever Spark is doing
-        time.sleep(0.5)
-    for q in queries.values():
-        q.stop()
-    print("PIPELINE DONE", flush=True)
+        writers[name] = writer
+
+    def start(name: str, writer: Any) -> Any:
+        return (writer.queryName(name).option("sink_id", f"{name}-{args.run_id}")
+                .option("checkpointLocation", os.path.join(args.work, name, "checkpoint"))
+                .trigger(processingTime="1 second").start())
+
+    run_until(start_one_at_a_time(writers, start), args.stop)
     spark.stop()
     return 0
 
