@@ -50,11 +50,13 @@ from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from connectors.doctor.install import EXTENSIONS as _MODULES  # noqa: E402 - the one table
 from tests import private_tmp  # noqa: E402 - the repository's, found through REPO
 
 DIST = "pyspark-exactly-once"
-EXTENSIONS = ("connectors/kafka/sink/_keyed_produce", "connectors/kafka/sink/_record_batch",
-              "connectors/kafka/registry/_avro_decode")
+
+#: The C extensions a wheel must hold, as paths (doctor's table, held to setup.py).
+EXTENSIONS = tuple(m.replace(".", "/") for m in _MODULES)
 #: The demo as the matrix runs it: small, one SIGKILL, a fixed seed (about a minute).
 DEMO = ("demo", "--lines", "2000", "--batch-size", "500", "--kills", "1", "--seed", "50")
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
