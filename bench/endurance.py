@@ -135,7 +135,7 @@ SERIES: tuple[Series, ...] = (
            "the workers' number times each one's RSS", None),
     Series("driver_threads", "driver threads", "threads", "flat", 3, ci=2),
     Series("jvm_threads", "JVM threads", "threads",
-           "flat (Spark's and Netty's pools, idle threads end after 60 s)", 15, ci=25),
+           "flat (Spark's and Netty's pools, idle threads end after 60 s)", 15),
     Series("worker_threads_max", "most threads of a Python worker", "threads", "flat", 3,
            ci=3),
     Series("workers_threads", "Python workers' threads, sum", "threads",
