@@ -8,6 +8,8 @@ sink adapter: docs/design.md, "One sink protocol, two adapters").
   with the duplicate-writer check, the inline-path budget and the speculation warning;
 - ``kafka_source``: the ``eo_kafka`` stream and batch readers, where Spark's offset JSON is
   decoded and encoded.
+- ``checkpoint``: a checkpoint whose driver died while Spark wrote its first batch, which
+  Spark 4.1+ refuses to start on, and the one safe repair.
 """
 
 from connectors.spark.datasources import DATA_SOURCES, register

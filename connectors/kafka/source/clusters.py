@@ -8,8 +8,8 @@ discovery interval or a leader moved. One group committer (a librdkafka consumer
 subscribes) per cluster commits the source's group, on a thread of its own
 (:meth:`Clusters.commit_group_soon`): the round trip is off the planning path. Both are
 created on first use and never pickled (the Spark reader that owns them travels to
-executors). Every answer is keyed by
-``TP = (cluster, topic, partition)``; offsets are next offsets to read.
+executors). Every answer is keyed by ``TP = (cluster, topic, partition)``; offsets are next
+offsets to read.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Clusters:
     def close(self) -> None:
         try:
             self.settle_group_commit()
-        except Exception as e:  # noqa: BLE001 - closing on stop; the denial was raised before
+        except Exception as e:  # noqa: BLE001 - on stop: the last commit's failure is only told
             log.warning("eo_kafka: the last group commit failed: %s", e)
         if self._group_thread is not None:
             self._group_thread.shutdown(wait=True)

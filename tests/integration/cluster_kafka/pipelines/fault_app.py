@@ -13,7 +13,9 @@ until ``--stop`` exists, then stops the queries and exits 0. A query that termin
 error ends the app at once with ``QUERY FAILED <name>: <error>`` and exit code 3: the tests
 assert that no node kill, network partition or rolling restart ever does that. Started
 again on the same ``--work`` directory (after a SIGKILL), every query resumes from its
-checkpoint.
+checkpoint. A driver killed while Spark wrote a query's first offsets leaves a temporary file
+that Spark 4.1+ refuses to start on; the app clears it first, as docs/deploying.md tells an
+operator to (``connectors.spark.checkpoint``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import sys
 from typing import Any
 
+from connectors.spark.checkpoint import clear_unfinished_first_batch
 from tests.integration.pipelines.common import (
     kafka_stream,
     pipeline_spark,
@@ -82,8 +85,12 @@ def main(argv: list[str]) -> int:
         writers[name] = writer
 
     def start(name: str, writer: Any) -> Any:
+        checkpoint = os.path.join(args.work, name, "checkpoint")
+        for leftover in clear_unfinished_first_batch(checkpoint):
+            print(f"removed {leftover}: its driver was killed while Spark wrote batch 0",
+                  flush=True)
         return (writer.queryName(name).option("sink_id", f"{name}-{args.run_id}")
-                .option("checkpointLocation", os.path.join(args.work, name, "checkpoint"))
+                .option("checkpointLocation", checkpoint)
                 .trigger(processingTime="1 second").start())
 
     run_until(start_one_at_a_time(writers, start), args.stop)
