@@ -464,3 +464,33 @@ def test_mariadb_rendered_inserts_keep_every_value(mysql_url: str, sql_mode: str
             assert [r[4] for r in got] == batch.column("t").to_pylist()
     finally:
         db.drop_all()
+
+
+def test_prepared_scope_on_a_server_without_prepared_transactions_says_what_to_set() -> None:
+    """``commitScope=prepared`` on PostgreSQL's default, ``max_prepared_transactions = 0``: the
+    driver refuses before any task, naming the setting and the other two scopes, and never
+    the password (a throwaway server, so the test holds whatever the tier's server allows)."""
+    import pyarrow as pa
+
+    from tests.services.postgres import TempPostgres
+
+    pg = TempPostgres({"max_prepared_transactions": "0"}).start()
+    try:
+        with sa.create_engine(pg.url).connect() as conn:
+            conn.execute(sa.text("ALTER ROLE postgres PASSWORD 'pr3pared-s3cret'"))
+            conn.commit()
+        url = pg.url.replace("postgres@", "postgres:pr3pared-s3cret@")
+        sink = JdbcSink.from_options({"url": url, "table": "t", "sink_id": "prep-0",
+                                      "commitScope": "prepared", "createTable": "true"})
+        with pytest.raises(JdbcSinkError) as refused:
+            sink.check_schema(pa.schema([("id", pa.int64())]))
+        message = str(refused.value)
+        for said in ("commitScope=prepared", "max_prepared_transactions = 0",
+                     "commitScope=task", "'prep-0'"):
+            assert said in message, message
+        assert "pr3pared-s3cret" not in message, message
+        with sa.create_engine(pg.url).connect() as conn:  # nothing was prepared or created
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_prepared_xacts")).scalar() == 0
+            assert conn.execute(sa.text("SELECT to_regclass('public.t')")).scalar() is None
+    finally:
+        pg.destroy()
