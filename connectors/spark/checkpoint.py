@@ -55,7 +55,9 @@ def _local(checkpoint: str) -> str:
     url = urlparse(checkpoint)
     if url.scheme in ("", "file"):
         return url.path if url.scheme else checkpoint
+    # Named without any user or password the URL may carry.
+    where = f"{url.scheme}://{url.hostname or ''}{f':{url.port}' if url.port else ''}{url.path}"
     raise ValueError(
-        f"checkpoint {checkpoint!r}: only a local path or a file: URL can be cleared here; "
+        f"checkpoint {where!r}: only a local path or a file: URL can be cleared here; "
         f"on {url.scheme}: remove the hidden files in its offsets/ and commits/ directories "
         f"with that store's own tools, if neither holds a numbered entry")

@@ -55,3 +55,7 @@ def test_a_first_batch_cut_short_stops_spark_until_its_leftovers_are_cleared(spa
 def test_a_checkpoint_on_another_store_is_refused_with_what_to_do():
     with pytest.raises(ValueError, match=r"only a local path .* on s3a: remove the hidden files"):
         unfinished_first_batch("s3a://bucket/checkpoints/q1")
+    with pytest.raises(ValueError) as refused:
+        unfinished_first_batch("s3a://AKIAEXAMPLE:s3cr3t@bucket:9000/checkpoints/q1")
+    assert "s3cr3t" not in str(refused.value) and "AKIAEXAMPLE" not in str(refused.value)
+    assert "s3a://bucket:9000/checkpoints/q1" in str(refused.value)

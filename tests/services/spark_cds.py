@@ -122,7 +122,50 @@ def ensure(flags: str, timeout: float = 300.0) -> Path | None:
         return path
 
 
+#: The machine's yardstick (:func:`yardstick`): what the module docstring measured, a local
+#: session's start, a shuffle and an Arrow pass, with the tests' JVM flags and the archive.
+YARDSTICK = r"""
+import sys
+from tests.helpers import spark_builder
+spark = spark_builder("eo-yardstick", "local[2]", **{
+    "spark.driver.extraJavaOptions": sys.argv[1]}).getOrCreate()
+spark.range(0, 100000).selectExpr("id % 10 as k").groupBy("k").count().collect()
+spark.range(0, 20000).selectExpr("cast(id as string) as s").mapInArrow(
+    lambda batches: batches, "s string").collect()
+spark.stop()
+"""
+
+#: The yardstick's seconds on 2026-11-29, the day `.ci/run` took 36.8 min (tests/README.md).
+YARDSTICK_REFERENCE_S = 3.5
+
+
+def yardstick(flags: str, timeout: float = 300.0) -> float:
+    """Seconds of wall time the :data:`YARDSTICK` job takes here, the archive made first if it
+    is missing: printed at the start of ``scripts/run-tests`` so that a run's minutes can be
+    read against the machine's speed that day."""
+    import time
+
+    path = ensure(flags)
+    if path is not None:
+        flags = f"{flags} -XX:SharedArchiveFile={path}"
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    began = time.monotonic()
+    subprocess.run([sys.executable, "-c", YARDSTICK, flags], env=env, cwd=REPO, check=True,
+                   capture_output=True, timeout=timeout)
+    return time.monotonic() - began
+
+
 def _java_path() -> str:
     home = os.environ.get("JAVA_HOME")
     path = os.environ.get("PATH", "")
     return f"{home}/bin{os.pathsep}{path}" if home else path
+
+
+if __name__ == "__main__":
+    from tests.helpers import TEST_JVM_FLAGS
+
+    seconds = yardstick(TEST_JVM_FLAGS)
+    print(f"machine yardstick: a Spark session's start, a shuffle and an Arrow pass took "
+          f"{seconds:.1f} s ({YARDSTICK_REFERENCE_S} s on 2026-11-29, when .ci/run took 36.8 min; "
+          f"tests/README.md, \"Time budget\")")
