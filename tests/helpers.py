@@ -403,13 +403,19 @@ class FakeClusters:
         self.ends = dict(latest)
         self.metadata_calls = 0
         self.group_commits: list[dict[tuple[str, str, int], int]] = []
+        #: ends answered (one per ask, first first) before ``ends``: a stale node's answers
+        self.stale_ends: list[dict[tuple[str, str, int], int]] = []
+        self.fresh_asks = 0
 
     def partitions(self) -> dict[tuple[str, str, int], None]:
         self.metadata_calls += 1
         return dict.fromkeys(sorted(self.ends))
 
-    def latest(self, tps: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], int]:
-        return {tp: self.ends[tp] for tp in tps}
+    def latest(self, tps: list[tuple[str, str, int]],
+               fresh: bool = False) -> dict[tuple[str, str, int], int]:
+        self.fresh_asks += fresh
+        ends = self.stale_ends.pop(0) if self.stale_ends else self.ends
+        return {tp: ends.get(tp, self.ends[tp]) for tp in tps}
 
     def earliest(self, tps: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], int]:
         return dict.fromkeys(tps, 0)
@@ -419,6 +425,9 @@ class FakeClusters:
 
     def commit_group_soon(self, offsets: dict[tuple[str, str, int], int]) -> None:
         self.commit_group(offsets)
+
+    def settle_group_commit(self) -> None:
+        pass
 
     def close(self) -> None:
         pass

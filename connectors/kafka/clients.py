@@ -237,6 +237,16 @@ class KafkaCluster:
                               timeout, who=who)
         return {n: TopicInfo.of(m) for n, m in found.items()}
 
+    def forget_leaders(self, topics: Iterable[str]) -> None:
+        """The next look-up of ``topics``' leaders asks a broker (the wire client's kept
+        metadata; librdkafka's admin client is made again)."""
+        wire = self.lookups()
+        if wire is None:
+            self.drop_admin()
+            return
+        for topic in topics:
+            wire.stale(topic)
+
     def list_offsets(self, wanted: Mapping[tuple[str, int], int], *, committed: bool,
                      who: str, error: type[ConnectorError], timeout: float,
                      what: str, gone_ok: bool = False) -> dict[tuple[str, int], int]:

@@ -30,9 +30,9 @@ def _run_once(spark, checkpoint) -> Exception | None:
 
 def test_a_first_batch_cut_short_stops_spark_until_its_leftovers_are_cleared(spark, tmp_path):
     checkpoint = tmp_path / "checkpoint"
-    (checkpoint / "offsets").mkdir(parents=True)
-    # What Spark's rename-based write leaves when its driver dies before the rename.
     offsets = checkpoint / "offsets"
+    offsets.mkdir(parents=True)
+    # What Spark's rename-based write leaves when its driver dies before the rename.
     leftovers = [offsets / ".0.5f3c.tmp", offsets / "..0.5f3c.tmp.crc"]
     for path in leftovers:
         path.write_bytes(b"v1\n")

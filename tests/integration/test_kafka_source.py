@@ -315,6 +315,42 @@ def test_offsets_beyond_the_log_fail_or_are_skipped(spark: Any, kafka_bootstrap:
     assert_exact([(r.partition, r.offset) for r in rows], [(1, o) for o in range(10)])
 
 
+def test_list_offsets_names_the_leader_epoch_and_a_mismatch_asks_fresh_leaders(
+        kafka_bootstrap: str, new_topic: Any) -> None:
+    """ListOffsets carries the leader epoch of the asker's metadata (KIP-320): the real
+    broker refuses an epoch it does not lead (a node back from a partition refuses the
+    newer one the same way), and ``list_offsets`` then asks with fresh metadata."""
+    from connectors.kafka.clients import KafkaCluster
+    from connectors.kafka.wire import admin, requests
+    from connectors.kafka.wire.protocol import LIST_OFFSETS
+
+    topic = new_topic(partitions=1)
+    produce_records(kafka_bootstrap, topic, _records(7, 1))
+    kafka = KafkaCluster({"bootstrap.servers": kafka_bootstrap})
+    wire = kafka.lookups()
+    assert wire is not None
+    try:
+        meta = wire.leaders([topic])[topic]
+        leader, epoch = meta.leaders[0], meta.epochs[0]
+        assert epoch >= 0
+
+        def ask(with_epoch: int) -> tuple[int, int]:
+            answer = wire.parallel({leader: (LIST_OFFSETS, requests.list_offsets(
+                [(topic, 0, -1, with_epoch)], admin.READ_UNCOMMITTED), 4)})[leader]
+            return requests.read_list_offsets(answer)[(topic, 0)]  # type: ignore[arg-type]
+
+        assert ask(epoch) == (0, 7)
+        assert ask(-1) == (0, 7)  # no epoch known: no check
+        assert ask(epoch + 3)[0] == 75  # UNKNOWN_LEADER_EPOCH
+        # Kept metadata naming an epoch the leader does not have: refused, looked up again.
+        wire.topics[topic].meta.epochs[0] = epoch + 3
+        assert admin.list_offsets(wire, {(topic, 0): -1}, admin.READ_UNCOMMITTED,
+                                  timeout=20) == {(topic, 0): 7}
+        assert wire.topics[topic].meta.epochs[0] == epoch
+    finally:
+        kafka.close()
+
+
 def test_range_reader_detects_deleted_offsets(kafka_bootstrap: str, new_topic: Any,
                                               caplog: pytest.LogCaptureFixture) -> None:
     """The executor-side check: a range outside the log (as after retention or a topic

@@ -101,12 +101,10 @@ def ensure(flags: str, timeout: float = 300.0) -> Path | None:
         if failed.exists():
             return None
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         try:
             done = subprocess.run(
                 [sys.executable, "-c", JOB, f"{flags} -XX:ArchiveClassesAtExit={tmp}"],
-                env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                env=_job_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout,
                 check=False)
             ok = done.returncode == 0 and tmp.exists()
             reason = (done.stdout + done.stderr)[-2000:]
@@ -140,20 +138,21 @@ YARDSTICK_REFERENCE_S = 3.5
 
 
 def yardstick(flags: str, timeout: float = 300.0) -> float:
-    """Seconds of wall time the :data:`YARDSTICK` job takes here, the archive made first if it
-    is missing: printed at the start of ``scripts/run-tests`` so that a run's minutes can be
-    read against the machine's speed that day."""
+    """Seconds of wall time the :data:`YARDSTICK` job takes here with the JVM options
+    ``flags``: printed by ``scripts/run-tests`` before the integration tests, so that a run's
+    minutes can be read against the machine's speed that day."""
     import time
 
-    path = ensure(flags)
-    if path is not None:
-        flags = f"{flags} -XX:SharedArchiveFile={path}"
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", YARDSTICK, flags], env=env, cwd=REPO, check=True,
-                   capture_output=True, timeout=timeout)
+    subprocess.run([sys.executable, "-c", YARDSTICK, flags], env=_job_env(), cwd=REPO,
+                   check=True, capture_output=True, timeout=timeout)
     return time.monotonic() - began
+
+
+def _job_env() -> dict[str, str]:
+    """A job's environment: this repository importable, this interpreter for Spark's Python."""
+    return {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
 def _java_path() -> str:
@@ -163,9 +162,10 @@ def _java_path() -> str:
 
 
 if __name__ == "__main__":
-    from tests.helpers import TEST_JVM_FLAGS
+    from tests.helpers import jvm_options, prepare_spark_jvms
 
-    seconds = yardstick(TEST_JVM_FLAGS)
+    prepare_spark_jvms()  # the archive, as the first Spark test would make it
+    seconds = yardstick(jvm_options())
     print(f"machine yardstick: a Spark session's start, a shuffle and an Arrow pass took "
           f"{seconds:.1f} s ({YARDSTICK_REFERENCE_S} s on 2026-11-29, when .ci/run took 36.8 min; "
           f"tests/README.md, \"Time budget\")")

@@ -165,16 +165,18 @@ class Clusters:
                             "it is created (check the name in subscribe/assign)", t,
                             c.name or c.bootstrap)
 
-    def _list_offsets(self, tps: list[TP], timestamp: Any) -> Offsets:
+    def _list_offsets(self, tps: list[TP], timestamp: Any, fresh: bool = False) -> Offsets:
         """ListOffsets of ``tps``: ``timestamp(tp)`` is -1 (the end: the last stable offset
         under read_committed), -2 (the start) or milliseconds (the first offset at or after
         it; -1 where there is none), through the process's cluster (docs/design.md, "Kafka
-        nodes that move or go away")."""
+        nodes that move or go away"). ``fresh``: the leaders are looked up again first."""
         out: Offsets = {}
         for c in self.opts.clusters:
             mine = [tp for tp in tps if tp[0] == c.name]
             if not mine:
                 continue
+            if fresh:
+                self.kafka(c).forget_leaders({tp[1] for tp in mine})
             committed = c.reader_conf(self.opts.group_id)["isolation.level"] == "read_committed"
             names = [tp_name(tp) for tp in mine]
             what = (f"eo_kafka: ListOffsets on cluster {c.name or c.bootstrap} for "
@@ -188,9 +190,10 @@ class Clusters:
             out.update({(c.name, t, p): o for (t, p), o in got.items()})
         return out
 
-    def latest(self, tps: list[TP]) -> Offsets:
-        """High watermarks (the last stable offset under read_committed)."""
-        return self._list_offsets(tps, lambda _tp: -1)
+    def latest(self, tps: list[TP], fresh: bool = False) -> Offsets:
+        """High watermarks (the last stable offset under read_committed); ``fresh``: from
+        leaders looked up again."""
+        return self._list_offsets(tps, lambda _tp: -1, fresh)
 
     def earliest(self, tps: list[TP]) -> Offsets:
         return self._list_offsets(tps, lambda _tp: -2)

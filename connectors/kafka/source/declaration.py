@@ -99,7 +99,10 @@ FAIL_ON_DATA_LOSS = Opt(
     "failOnDataLoss", "fail_on_data_loss", BOOLEAN, True,
     help="offsets that can no longer be read fail the query. `false` logs a warning and skips "
     "them. Such offsets come from retention, a deleted or recreated topic, a deleted "
-    "partition, or a start offset beyond the log")
+    "partition, or a start offset beyond the log. An end below the start is asked again of "
+    "freshly looked-up leaders 3 times, 1 s apart, before it is believed (a node back from a "
+    "partition or a restart can answer from the log it no longer leads), as Spark's "
+    "`fetchOffset.numRetries` does")
 INCLUDE_HEADERS = Opt("includeHeaders", "include_headers", BOOLEAN, False,
                       help="adds the `headers` column")
 KAFKA = Opt("kafka.", "kafka", PREFIXED, arg_note="(keys without `kafka.`)",

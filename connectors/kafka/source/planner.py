@@ -46,6 +46,10 @@ from connectors.monitoring import channel
 
 log = logging.getLogger(__name__)
 
+#: Times an end below its start is asked again before it is believed (data loss), and the
+#: seconds between (:meth:`KafkaPlanner.confirm_behind`).
+BEHIND_CONFIRMATIONS, BEHIND_INTERVAL = 3, 1.0
+
 #: Windows kept in the WAL (``WriteAheadLog.retain``), for ``wal show`` and debugging.
 WAL_KEEP_WINDOWS = 100
 
@@ -172,6 +176,7 @@ class KafkaPlanner:
           is split across partitions in proportion to their backlog.
         """
         fail = self.opts.fail_on_data_loss
+        latest = self.confirm_behind(start, latest)
         gone = [tp for tp in start if tp not in latest]
         for tp in gone:
             report_data_loss(
@@ -201,6 +206,28 @@ class KafkaPlanner:
         for tp in new:  # a new partition is part of the offsets from now on, data or not
             end.setdefault(tp, eff_start[tp])
         return end
+
+    def confirm_behind(self, start: Mapping[TP, int], latest: Mapping[TP, int]) -> Offsets:
+        """``latest`` with every end below its partition's start asked again, with fresh
+        metadata, up to :data:`BEHIND_CONFIRMATIONS` times :data:`BEHIND_INTERVAL` apart.
+
+        A log's end never moves back while its data is there, but an answer can: a node
+        back from a network partition or a restart answers from the log it led before it
+        learns it was replaced. Believed, such an end is a false data loss (the query
+        stops under failOnDataLoss=true) or a window that goes back and reads offsets again
+        (false). Only an end still behind after the last answer is data loss. Spark's
+        Kafka source asks again the same way (``fetchOffset.numRetries``, 3, 1 s apart)."""
+        out = dict(latest)
+        for attempt in range(1, BEHIND_CONFIRMATIONS + 1):
+            behind = [tp for tp, off in out.items() if tp in start and off < start[tp]]
+            if not behind:
+                break
+            log.info("eo_kafka: the end of %s came back below the start (%s < %s); asking "
+                     "again with fresh metadata (%d of %d)", tp_name(behind[0]),
+                     out[behind[0]], start[behind[0]], attempt, BEHIND_CONFIRMATIONS)
+            time.sleep(BEHIND_INTERVAL)
+            out.update(self.clusters.latest(behind, fresh=True))
+        return out
 
     def avg_record_bytes(self, start: Mapping[TP, int], latest: Mapping[TP, int]) -> float:
         """Average record size (key + value + headers), sampled from the backlog.

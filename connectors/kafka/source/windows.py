@@ -124,8 +124,13 @@ class KafkaWindows:
             w.commit()
 
     def commit(self, window_id: int) -> None:
+        """Mark ``window_id`` committed in the WAL and its end in the consumer group. Unlike
+        a micro-batch's (planner step 2), the group commit is waited for: a window is a
+        whole job, and a lag tool or ``startingOffsets=group`` read right after sees it (a
+        failed group commit is logged, as there; the WAL holds the truth)."""
         w = self.planner.window(window_id)
         self.planner.commit(w.end, window=window_id)
+        self.planner.clusters.settle_group_commit()
         log.info("KafkaWindows: window %d committed (end %s)", window_id,
                  self.spec.encode(w.end))
 

@@ -240,7 +240,8 @@ def list_offsets(cluster: Cluster, wanted: Mapping[tuple[str, int], int], isolat
                 by_leader.setdefault(leader, []).append(tp)
         answers = cluster.parallel({
             node: (LIST_OFFSETS, requests.list_offsets(
-                [(t, p, todo[(t, p)]) for t, p in tps], isolation), version)
+                [(t, p, todo[(t, p)], topics[t].epochs.get(p, -1)) for t, p in tps],
+                isolation), version)
             for node, tps in by_leader.items()})
         for node, tps in by_leader.items():
             answer = answers[node]

@@ -328,15 +328,19 @@ def read_produce_v12(r: Reader) -> Iterator[tuple[int, int]]:
 
 
 # -- ListOffsets v4 -----------------------------------------------------------------------------
-def list_offsets(wanted: Iterable[tuple[str, int, int]], isolation: int) -> bytes:
-    """``(topic, partition, timestamp)`` each; no leader epoch, no replica."""
-    by_topic: dict[str, list[tuple[int, int]]] = {}
-    for topic, part, ts in wanted:
-        by_topic.setdefault(topic, []).append((part, ts))
+def list_offsets(wanted: Iterable[tuple[str, int, int, int]], isolation: int) -> bytes:
+    """``(topic, partition, timestamp, leader epoch)`` each, no replica. The leader epoch is
+    the one the asker's metadata names (-1: none known): a broker that is no longer that
+    epoch's leader answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH instead of offsets
+    from a log it no longer leads (KIP-320), so a node back from a partition or a restart
+    cannot hand out an end older than the real one."""
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for topic, part, ts, epoch in wanted:
+        by_topic.setdefault(topic, []).append((part, epoch, ts))
     body = struct.pack(">ib", -1, isolation) + struct.pack(">i", len(by_topic))
     for topic, parts in by_topic.items():
         body += string(topic) + struct.pack(">i", len(parts))
-        body += b"".join(struct.pack(">iiq", p, -1, ts) for p, ts in parts)
+        body += b"".join(struct.pack(">iiq", p, epoch, ts) for p, epoch, ts in parts)
     return body
 
 
