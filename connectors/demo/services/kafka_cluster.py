@@ -170,9 +170,10 @@ class Node:
     def launch(self) -> None:
         if self.running():
             return
+        nice = ["nice", "-n", str(self.cluster.nice)] if self.cluster.nice else []
         with open(self.workdir / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
-                [*self.launcher,
+                [*nice, *self.launcher,
                  *_with_open_files(self.java("kafka.Kafka", str(self.config())))],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.paused = False
@@ -224,6 +225,8 @@ class KafkaCluster:
                            tuple(launchers[i]) if launchers else ())
                       for i in range(size)]
         self.bootstrap = ",".join(n.advertised_address for n in self.nodes)
+        #: The nodes' scheduling niceness (``nice``; 0 = as this process): see :meth:`yield_cpu`.
+        self.nice = 0
         self._say = say_or_log(None, log)
         self._phase = "not started"  # what a start is doing, for its progress lines
 
@@ -286,6 +289,19 @@ class KafkaCluster:
 
     def logs(self) -> list[str]:
         return [n.log_path for n in self.nodes]
+
+    def yield_cpu(self, nice: int) -> None:
+        """Run every node at niceness ``nice`` from now on (the running ones reniced, thread
+        by thread; a node started later starts under ``nice``); 0 restores. On two shared
+        cores a node's JVM start takes both; a test that stands a Spark driver beside the
+        cluster lowers the nodes, as brokers on machines of their own would take none of the
+        driver's CPU. Lowering a niceness again needs root (CAP_SYS_NICE)."""
+        for n in self.nodes:
+            if n.running() and n.pid is not None:
+                # PRIO_PGRP sets every thread of every process of the node's group (it leads
+                # its own: start_new_session); threads started later inherit it.
+                os.setpriority(os.PRIO_PGRP, n.pid, nice)
+        self.nice = nice
 
     # -- faults ---------------------------------------------------------------------------------
     def kill(self, node_id: int, wait: bool = True) -> None:
