@@ -225,8 +225,7 @@ class KafkaCluster:
                            tuple(launchers[i]) if launchers else ())
                       for i in range(size)]
         self.bootstrap = ",".join(n.advertised_address for n in self.nodes)
-        #: The nodes' scheduling niceness (``nice``; 0 = as this process): see :meth:`yield_cpu`.
-        self.nice = 0
+        self.nice = 0  #: the nodes' niceness (:meth:`yield_cpu`)
         self._say = say_or_log(None, log)
         self._phase = "not started"  # what a start is doing, for its progress lines
 
@@ -291,16 +290,12 @@ class KafkaCluster:
         return [n.log_path for n in self.nodes]
 
     def yield_cpu(self, nice: int) -> None:
-        """Run every node at niceness ``nice`` from now on (the running ones reniced, thread
-        by thread; a node started later starts under ``nice``); 0 restores. On two shared
-        cores a node's JVM start takes both; a test that stands a Spark driver beside the
-        cluster lowers the nodes, as brokers on machines of their own would take none of the
-        driver's CPU. Lowering a niceness again needs root (CAP_SYS_NICE)."""
+        """Every node at niceness ``nice`` (0 restores; that needs root): the running ones,
+        every thread of their process groups, and any node started later. A test that runs
+        Spark beside the nodes lowers them, as brokers on machines of their own."""
         for n in self.nodes:
             if n.running() and n.pid is not None:
-                # PRIO_PGRP sets every thread of every process of the node's group (it leads
-                # its own: start_new_session); threads started later inherit it.
-                os.setpriority(os.PRIO_PGRP, n.pid, nice)
+                os.setpriority(os.PRIO_PGRP, n.pid, nice)  # its own group: start_new_session
         self.nice = nice
 
     # -- faults ---------------------------------------------------------------------------------
@@ -498,13 +493,8 @@ class KafkaCluster:
 
 def _java_hash_partition(key: str, partitions: int) -> int:
     """Kafka's coordinator partition of a group or transactional id:
-    ``Utils.abs(key.hashCode()) % partitions``."""
-    h = 0
-    for unit in _utf16_units(key):
-        h = (31 * h + unit) & 0xFFFFFFFF
+    ``Utils.abs(key.hashCode()) % partitions`` (Java hashes the UTF-16 code units)."""
+    data, h = key.encode("utf-16-be"), 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
     return (h & 0x7FFFFFFF) % partitions
-
-
-def _utf16_units(text: str) -> list[int]:
-    data = text.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
