@@ -223,18 +223,17 @@ def run_job(jvm: JvmSpark, spec: Mapping[str, Any], timeout: float = 600.0) -> d
 
 
 def start_job(jvm: JvmSpark, spec: Mapping[str, Any], workdir: Path,
-              log: Any, nice: int = 0) -> subprocess.Popen[bytes]:
+              log: Any) -> subprocess.Popen[bytes]:
     """Start :data:`JOB` with ``spec`` in the JVM-side interpreter without waiting (a
     streaming job the caller stops: ``fault_copy``), its output into ``log``, in a process
-    group of its own (the caller may SIGKILL it), at niceness ``nice`` (its JVM too); the
-    JSON result goes to ``workdir/result.json``."""
+    group of its own (the caller may SIGKILL it); the JSON result goes to
+    ``workdir/result.json``."""
     jars = sorted(str(j) for j in jvm.jars.glob("*.jar"))
     workdir.mkdir(parents=True, exist_ok=True)
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps({**spec, "jars": jars, "out": str(workdir / "result.json"),
                                      "expect_spark": jvm.spark_version}))
-    prefix = ["nice", "-n", str(nice)] if nice else []
-    return subprocess.Popen([*prefix, jvm.python, str(JOB), str(spec_file)], env=job_env(jvm),
+    return subprocess.Popen([jvm.python, str(JOB), str(spec_file)], env=job_env(jvm),
                             cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
