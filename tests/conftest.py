@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from connectors.kafka import close_cached_clients
+from tests import schedule
 from tests.helpers import (
     REQUIRE,
     announce,
@@ -81,6 +82,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for part, group in XDIST_GROUPS.items():
             if part in path:
                 item.add_marker(pytest.mark.xdist_group(group))
+    # the longest work first, so the parallel phase does not end on one long test
+    schedule.longest_first(items, schedule.load())
 
 
 def pytest_testnodedown(node: Any, error: Any) -> None:
