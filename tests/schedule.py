@@ -31,8 +31,9 @@ UNKNOWN = 30.0
 
 
 def load(path: Path = DURATIONS) -> dict[str, float]:
-    """Seconds by test id (``tests/integration/test_x.py::test_y[p]``); empty if the file is
-    missing or unreadable (then collection order stands)."""
+    """Seconds by test id, as pytest names it (``tests/integration/test_soak.py::
+    test_broker_connection_loss_recovers_exactly``); empty if the file is missing or
+    unreadable (then collection order stands)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):

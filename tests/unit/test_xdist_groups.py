@@ -19,6 +19,7 @@ HOOK = Path(__file__).resolve().parents[1] / "conftest.py"
 def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(
         "import pytest\n"
+        "from tests import schedule\n"  # the hook orders the items too, longest first
         f"XDIST_GROUPS = {XDIST_GROUPS!r}\n"
         + _hook_source()
     )
@@ -38,7 +39,7 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup",
          "-p", "no:cacheprovider", str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={"WHERE": str(where), "PATH": "/usr/bin:/bin"},
+        env={"WHERE": str(where), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(HOOK.parents[1])},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     workers: dict[str, set[str]] = defaultdict(set)
