@@ -196,21 +196,23 @@ def test_queries_stay_up_through_node_kills_a_partition_and_driver_kills(
     # STARTED): two Spark drivers warming up at once leave a starting query's Python runner
     # too little of two cores for Spark's fixed 10 s.
     #: QUERIES STARTED lines in ours' log when it was last started; whether the yardstick waits.
-    ours_started, yardstick_due = [0], [False]
+    ours_started, yardstick_due = 0, False
 
     def start_drivers() -> None:
-        ours_started[0] = ours.output().count("QUERIES STARTED") if ours.runs else 0
+        nonlocal ours_started, yardstick_due
+        ours_started = ours.output().count("QUERIES STARTED") if ours.runs else 0
         ours.start()
-        yardstick_due[0] = True
+        yardstick_due = True
 
     def alive() -> None:
+        nonlocal yardstick_due
         ours.alive()
         text = ours.output()
         for sign in (*TERMINATIONS, *ABORTS):
             assert sign not in text, (
                 f"{sign!r} in the application's log (schedule: {events}):\n{ours.excerpt()}")
-        if yardstick_due[0] and text.count("QUERIES STARTED") > ours_started[0]:
-            yardstick_due[0] = False
+        if yardstick_due and text.count("QUERIES STARTED") > ours_started:
+            yardstick_due = False
             yardstick.start()
             event("ours started its queries; the yardstick starts")
 
