@@ -97,8 +97,12 @@ def jvm_options() -> str:
 
 
 def prepare_spark_jvms() -> None:
-    """Make the archive :func:`jvm_options` names, if it is missing (in a test's process,
-    before it starts Spark: never inside a pipeline that may be killed)."""
+    """Make the archive :func:`jvm_options` names, if it is missing, and have Spark's Python
+    workers import pyspark from site-packages (tests/services/spark_workers.py); in a test's
+    process, before it starts Spark: never inside a pipeline that may be killed."""
+    from tests.services import spark_workers
+
+    spark_workers.ensure()
     if "EO_TEST_JVM_OPTIONS" not in os.environ:
         from tests.services import spark_cds
 
