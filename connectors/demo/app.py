@@ -133,9 +133,10 @@ def produce_lines(bootstrap: str, topic: str, lines: int, partitions: int,
         truth.update(words)
         records.append((str(i).encode(), encode(" ".join(words)), i % partitions))
     chunk = max(1, lines // 20)
-    for start in range(0, lines, chunk):
-        produce_records(bootstrap, topic, records[start:start + chunk])
-        _progress(min(start + chunk, lines), lines, start)
+    produce_records(bootstrap, topic, records, chunk=chunk,
+                    on_chunk=lambda done: _progress(done, lines, done - chunk))
+    if lines % chunk:
+        _progress(lines, lines, lines - lines % chunk)
     return truth
 
 
