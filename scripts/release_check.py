@@ -156,8 +156,12 @@ def _pip_install(python: str, reqs: Sequence[str], wheelhouse: Path, *, what: st
         if not index_answers():
             raise
     say(f"  the wheelhouse lacks something for {what}: fetching it from the package index")
-    run([python, "-m", "pip", "wheel", "-q", "-w", str(wheelhouse), "--find-links",
-         str(wheelhouse), *reqs], what=f"filling the wheelhouse for {what}")
+    # --use-pep517: pyspark is an sdist with a setup.py alone, and an older pip (3.10's
+    # ensurepip has 23.0) would build it with the virtualenv's own setuptools, which has no
+    # bdist_wheel without the wheel package ("invalid command 'bdist_wheel'" on a machine
+    # whose wheelhouse did not already hold it); isolated, it gets a setuptools that does.
+    run([python, "-m", "pip", "wheel", "-q", "--use-pep517", "-w", str(wheelhouse),
+         "--find-links", str(wheelhouse), *reqs], what=f"filling the wheelhouse for {what}")
     for ours in wheelhouse.glob("pyspark_exactly_once-*"):
         ours.unlink()  # the wheelhouse holds dependencies, never this package
     run(argv, what=what, env=env)
