@@ -15,8 +15,10 @@ that pyproject.toml declares, outside the repository.
 3. The highest Python declared, with the pyspark pip picks for it (the highest): the sdist
    installed where no C compiler can be found (``PATH`` holding only the virtualenv, ``CC``
    naming a binary that does not exist): the extensions are skipped, ``doctor`` must name
-   each one and the produce path that leaves, and the demo must pass without them; then the
-   wheel built for it (with the extensions) and the unit suite.
+   each one and the produce path that leaves, and the demo and the unit suite (all but the
+   tests marked ``c_extensions``, which assert the extensions' own work) must pass without
+   them; then the wheel built for it (with the extensions) and the tests marked
+   ``c_extensions``: the whole suite between the two installs.
 
 Each demo runs in a mount namespace of its own (``unshare -m``) whose ``/tmp`` is a fresh
 tmpfs, listed when the demo has ended: it must be empty (README, "What a run leaves in
@@ -265,8 +267,8 @@ def pytest(python: str, cwd: Path, junit: Path, *args: str, **env: str) -> str:
     return tail[0]
 
 
-def unit_suite(python: str, cwd: Path, junit: Path) -> str:
-    return pytest(python, cwd, junit, "-n", "2", str(REPO / "tests" / "unit"))
+def unit_suite(python: str, cwd: Path, junit: Path, *args: str) -> str:
+    return pytest(python, cwd, junit, "-n", "2", *args, str(REPO / "tests" / "unit"))
 
 
 def doctor_without_compiler(python: str, cwd: Path) -> str:
@@ -325,11 +327,12 @@ def highest_leg(version: str, sdist: Path, wheelhouse: Path, root: Path,
     work = root / "work"
     work.mkdir()
     py = venv(python, root / "venv")
-    leg.step(f"{sdist.name}[demo] with no C compiler (PATH: the virtualenv only, CC missing)")
+    leg.step(f"{sdist.name}[demo,dev] with no C compiler (PATH: the virtualenv only, CC "
+             "missing)")
     nocc = {**clean_env(py), "PATH": str(Path(py).parent), "CC": "/nonexistent/cc",
             "CXX": "/nonexistent/c++", "LDSHARED": "/nonexistent/cc -shared"}
     # --no-cache-dir: never a wheel pip built from this sdist before, with a compiler
-    pip_install(py, [f"{sdist}[demo]"], wheelhouse, what=f"{sdist.name} without a compiler",
+    pip_install(py, [f"{sdist}[demo,dev]"], wheelhouse, what=f"{sdist.name} without a compiler",
                 env=nocc, options=("--no-cache-dir",))
     say(f"  {versions(py, work)}")
     out = doctor_without_compiler(py, work)
@@ -337,7 +340,11 @@ def highest_leg(version: str, sdist: Path, wheelhouse: Path, root: Path,
         "    " + line for line in out.splitlines() if line.strip()))
     leg.step("python -m connectors demo without the C extensions")
     say(f"  demo: {demo(py, work)}")
-    leg.step("the wheel built with the C extensions, the dev extra, then the unit suite")
+    leg.step("the unit suite without the C extensions (all but the tests marked c_extensions)")
+    say("  unit suite without the C extensions: " + unit_suite(
+        py, work, junit_dir / f"unit-py{version}-no-extensions.xml", "-m", "not c_extensions"))
+    leg.step("the wheel built with the C extensions, the dev extra, then the tests marked "
+             "c_extensions")
     wheel = wheel_for(python, sdist, wheelhouse, root / "dist")
     pip_install(py, [str(wheel)], wheelhouse, what=wheel.name,
                 options=("--force-reinstall", "--no-deps"))
@@ -346,7 +353,8 @@ def highest_leg(version: str, sdist: Path, wheelhouse: Path, root: Path,
               env=clean_env(py))
     if "not built" in out:
         raise Failed(f"doctor after installing {wheel.name}:\n{out}")
-    say(f"  unit suite: {unit_suite(py, work, junit_dir / f'unit-py{version}.xml')}")
+    say("  the tests marked c_extensions: " + unit_suite(
+        py, work, junit_dir / f"unit-py{version}.xml", "-m", "c_extensions"))
     say(f"passed in {leg.done():.1f} min")
 
 

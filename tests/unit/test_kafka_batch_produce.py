@@ -8,6 +8,7 @@ import ctypes
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka.sink import batch_produce
@@ -51,6 +52,7 @@ def test_empty_values_without_a_data_buffer_are_not_null():
     assert (addresses != 0).all() and lengths.tolist() == [0, 0]
 
 
+@pytest.mark.c_extensions
 def test_the_c_loop_queues_records_with_and_without_a_header():
     """The recovery-key mode's C loop, with its header or none (an empty header name, what
     bench/librdkafka_handoff.py measures against ``rd_kafka_produce_batch``). No broker: the

@@ -25,6 +25,7 @@ def test_one_cluster_object_per_cluster_and_connection_settings() -> None:
         **base, "sasl.password": "p"}
 
 
+@pytest.mark.c_extensions
 def test_the_choice_of_client_is_made_per_cluster() -> None:
     with clients.lease({"bootstrap.servers": "b:9092"}) as plain:
         assert plain.lookups() is not None and plain.wire_refusal is None

@@ -111,6 +111,7 @@ def test_the_marker_records_order_and_key_version_and_an_old_marker_means_sorted
     assert (back.order, back.key_version) == (ordering.SORTED, 1)
 
 
+@pytest.mark.c_extensions
 def test_a_retry_numbers_and_keys_rows_as_its_first_attempt_did(tmp_path):
     """The started marker names the row order and the recovery-key version: a retry after
     an upgrade finishes its task in those (the scan must find its first attempt's keys)."""

@@ -18,6 +18,7 @@ from connectors.kafka.wire import record_batch
 from connectors.kafka.wire.settings import Settings
 
 
+@pytest.mark.c_extensions
 def test_the_encoder_is_built():
     """setup.py builds it wherever a C compiler is, as on every machine CI runs on."""
     assert record_batch.encoder_built()
@@ -61,10 +62,12 @@ def _decode(batch: bytes) -> dict:
     return {"attrs": attrs, "pid": pid, "epoch": epoch, "seq": seq, "records": records}
 
 
+@pytest.mark.c_extensions
 def test_crc32c_is_castagnoli():
     assert record_batch.crc32c(b"123456789") == 0xE3069283
 
 
+@pytest.mark.c_extensions
 def test_batches_hold_every_row_once_per_partition_in_order():
     """Nulls, empty values, a large_binary key column, a sliced array (Arrow offsets that do
     not start at 0), long values (two-byte varints): the records come back as given."""
@@ -88,6 +91,7 @@ def test_batches_hold_every_row_once_per_partition_in_order():
         assert record_batch.base_sequence(data, start) == got["seq"]
 
 
+@pytest.mark.c_extensions
 def test_a_partition_over_the_batch_limit_is_split_with_running_sequences():
     values = pa.array([b"x" * 100] * 100)
     parts = np.zeros(100, dtype=np.int64)
@@ -103,6 +107,7 @@ def test_a_partition_over_the_batch_limit_is_split_with_running_sequences():
     assert records == [(None, b"x" * 100)] * 100 and seq == 100
 
 
+@pytest.mark.c_extensions
 def test_unsupported_names_what_sends_through_librdkafka():
     assert clients.produce_refusal({"bootstrap.servers": "b:9092"}) is None
     assert clients.produce_refusal({"security.protocol": "SSL"}) is None

@@ -177,11 +177,13 @@ def test_settings_wait_longer_than_the_broker_may_take_and_keep_librdkafkas_defa
     ("socket.nagle.disable", "false"), ("client.dns.lookup", "use_all_dns_ips"),
     ("connections.max.idle.ms", "1000"), ("ssl.crl.location", "/x"),
 ])
+@pytest.mark.c_extensions
 def test_a_connection_setting_the_wire_path_does_not_honour_routes_to_librdkafka(key, value):
     why = clients.produce_refusal({"bootstrap.servers": "b:9092", key: value})
     assert why is not None and key in why and "does not honour" in why
 
 
+@pytest.mark.c_extensions
 def test_honoured_settings_keep_the_wire_path():
     conf = {"bootstrap.servers": "b:9092", "socket.timeout.ms": "1000",
             "message.timeout.ms": "1000", "socket.keepalive.enable": "true",
