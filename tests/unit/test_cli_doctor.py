@@ -53,6 +53,7 @@ def test_every_extension_setup_py_builds_is_checked() -> None:
         "setup.py builds other extensions than connectors/doctor/install.py's EXTENSIONS checks")
 
 
+@pytest.mark.c_extensions
 @pytest.mark.skipif(not built(), reason="the C extensions are not built in this install")
 def test_with_the_extensions_built(capsys: pytest.CaptureFixture[str]) -> None:
     code, doc, err = run(capsys)
@@ -91,6 +92,7 @@ def test_without_the_extensions(capsys: pytest.CaptureFixture[str],
                and c["name"] not in ("java", "maven")), doc
 
 
+@pytest.mark.c_extensions
 def test_a_wire_path_the_kafka_settings_rule_out_is_named(
         capsys: pytest.CaptureFixture[str]) -> None:
     if install._extension("connectors.kafka.wire._record_batch") is not None:

@@ -418,6 +418,7 @@ def _flat_value(rng: random.Random, t: Any) -> Any:
     return _random_value(rng, t)
 
 
+@pytest.mark.c_extensions
 @pytest.mark.parametrize("seed", range(30))
 def test_the_c_fast_path_decodes_exactly_what_fastavro_decodes(seed: int) -> None:
     from connectors.kafka.registry import avro
@@ -472,6 +473,7 @@ def test_the_fast_path_leaves_other_schema_ids_and_bad_records_to_fastavro() -> 
         decoder.decode(bad, lambda i: f"offset {i}")
 
 
+@pytest.mark.c_extensions
 @pytest.mark.parametrize("seed", range(20))
 def test_the_c_encoder_writes_the_bytes_fastavro_writes(seed: int) -> None:
     from connectors.kafka.registry import avro
